@@ -1,0 +1,7 @@
+"""CodeSpace: a governed workspace for coding agents, served over MCP."""
+
+__version__ = "0.1.0"
+
+from .plugins import hookimpl  # noqa: E402
+
+__all__ = ["__version__", "hookimpl"]

@@ -1,0 +1,77 @@
+"""Assemble one served workspace: policy, plugins, tools, store, gateway.
+
+Building is synchronous and cheap (it is on the server-ready path); opening the
+store and recovering from a crash happen in :meth:`App.running`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from . import reaper
+from .backends import Backends
+from .gateway import Gateway
+from .plugins import Plugins
+from .processes import ProcessRegistry
+from .store import OperationRecord, SQLiteStore
+from .tooling import ToolRegistry
+from .workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+STORE_FILE = "operations.sqlite3"
+
+
+@dataclass
+class App:
+    workspace: Workspace
+    plugins: Plugins
+    registry: ToolRegistry
+    backends: Backends
+    store: SQLiteStore
+    processes: ProcessRegistry
+    gateway: Gateway
+    recovered: list[OperationRecord] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls,
+        workspace: str | os.PathLike[str] | None = None,
+        *,
+        policy: str | os.PathLike[str] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> App:
+        ws = Workspace.open(workspace, policy_path=policy, state_dir=state_dir)
+        plugins = Plugins.load(allow=ws.policy.plugins.allow, block=ws.policy.plugins.block, env=env)
+        registry = ToolRegistry()
+        plugins.register_tools(registry)
+        backends = Backends(plugins, ws)
+        store = SQLiteStore(
+            ws.state_dir / STORE_FILE,
+            max_records=ws.policy.store.max_records,
+            max_age_days=ws.policy.store.max_age_days,
+        )
+        processes = ProcessRegistry(ws, backends, store)
+        gateway = Gateway(ws, registry, backends, plugins, store, processes)
+        return cls(ws, plugins, registry, backends, store, processes, gateway)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[App]:
+        """Open the store, recover from a crashed predecessor, serve, shut down cleanly."""
+        self.workspace.ensure_state_dir()
+        await self.store.open()
+        try:
+            self.recovered = await self.store.recover()
+            if self.recovered:
+                log.warning("%d operation(s) of a stopped server marked interrupted", len(self.recovered))
+                reaper.reap(self.recovered)
+            self.plugins.startup(self.workspace)
+            async with self.processes.running():
+                yield self
+        finally:
+            await self.store.close()

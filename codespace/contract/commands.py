@@ -1,0 +1,63 @@
+"""Command execution: the spec the host spawns and the Terminal backend contract.
+
+The host owns process management (registry, pipes, timeouts, cursors, reaping);
+a Terminal backend only knows how to start a command on a pseudo-terminal and
+move bytes. A Sandbox backend rewrites a spec before either spawns it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CommandSpec(BaseModel):
+    """What to run: built by the host from the policy and the agent's request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    argv: list[str] = Field(min_length=1)
+    cwd: str
+    env: dict[str, str]
+    tty: bool = False
+    rows: int = 24
+    cols: int = 80
+    interactive: bool = Field(default=False, description="Keep stdin open for write_stdin; else /dev/null.")
+    inherit: dict[int, bytes] = Field(
+        default_factory=dict,
+        description="Payloads the child reads from these inherited descriptor numbers "
+        "(the sandbox handshake travels this way, never on argv or stdin).",
+    )
+
+
+@runtime_checkable
+class TerminalProcess(Protocol):
+    """A running command attached to a pseudo-terminal; the child leads its own
+    session, so its pid is its process-group id."""
+
+    pid: int
+
+    async def read(self) -> bytes:
+        """The next chunk of output (at most 8 KiB in upstream's shape); b"" at end."""
+
+    async def write(self, data: bytes) -> None:
+        """Write to the terminal in order; control characters pass through."""
+
+    def resize(self, rows: int, cols: int) -> None: ...
+
+    def signal_group(self, signum: int) -> None:
+        """Send ``signum`` to the whole process group."""
+
+    async def wait(self) -> int:
+        """Exit status: the code, or -N when killed by signal N."""
+
+    def close(self) -> None:
+        """Release the master side (after the group is gone)."""
+
+
+@runtime_checkable
+class Terminal(Protocol):
+    """The terminal backend (plugins/pty implements it)."""
+
+    async def spawn(self, spec: CommandSpec) -> TerminalProcess: ...

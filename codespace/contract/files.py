@@ -1,0 +1,235 @@
+"""File tools: the models the MCP tools and the FileSystem backend share.
+
+Paths in requests reaching a backend are absolute and lexically normalised; the
+gateway has checked them against the policy. Paths in results are absolute too.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FileKind = Literal["file", "directory", "symlink", "fifo", "socket", "char_device", "block_device", "other"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- read_file ---------------------------------------------------------------
+
+
+class ReadFileRequest(_Model):
+    path: str = Field(description="File to read, relative to the workspace root or absolute.")
+    offset: int = Field(default=1, ge=1, description="First line to return, 1-based.")
+    limit: int | None = Field(default=None, ge=1, description="Most lines to return (default: as many as fit max_bytes).")
+    max_bytes: int | None = Field(
+        default=None, ge=1, description="Cap on the returned text in bytes (default: the policy's limits.max_read_bytes)."
+    )
+    encoding: Literal["text", "base64"] = Field(
+        default="text",
+        description="'text' returns UTF-8 lines; 'base64' returns raw bytes (use for binary files) "
+        "starting at byte_offset.",
+    )
+    errors: Literal["strict", "replace"] = Field(
+        default="strict",
+        description="For text: 'strict' refuses invalid UTF-8 and says where it is; 'replace' substitutes U+FFFD.",
+    )
+    byte_offset: int = Field(default=0, ge=0, description="For base64: first byte to return.")
+
+
+class InvalidUtf8(_Model):
+    count: int = Field(description="Invalid byte sequences replaced.")
+    first_byte_offset: int = Field(description="Offset of the first one in the file.")
+
+
+class ReadFileResult(_Model):
+    path: str
+    size: int = Field(description="File size in bytes.")
+    sha256: str = Field(description="Hash of the whole file; pass it to write_file as expected_sha256.")
+    encoding: Literal["text", "base64"]
+    content: str = Field(description="The requested window (text) or bytes (base64).")
+    start_line: int = Field(description="First line returned (text; 0 when none).")
+    end_line: int = Field(description="Last line returned, inclusive (text; 0 when none).")
+    total_lines: int | None = Field(description="Lines in the whole file (text).")
+    truncated: bool = Field(description="More content follows the window.")
+    next_offset: int | None = Field(default=None, description="For text: pass as offset to continue.")
+    next_byte_offset: int | None = Field(default=None, description="For base64: pass as byte_offset to continue.")
+    invalid_utf8: InvalidUtf8 | None = None
+
+
+# --- write_file --------------------------------------------------------------
+
+
+class WriteFileRequest(_Model):
+    path: str = Field(description="File to write, relative to the workspace root or absolute.")
+    content: str = Field(description="New content: text, or base64 when encoding='base64'.")
+    encoding: Literal["text", "base64"] = Field(default="text", description="How content is encoded.")
+    expected_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="Refuse the write unless the current file has this SHA-256 (from read_file), "
+        "so a change made since you read it is not lost.",
+    )
+    must_not_exist: bool = Field(default=False, description="Refuse the write if the file already exists.")
+    create_parents: bool = Field(default=False, description="Create missing parent directories.")
+
+
+class WriteFileResult(_Model):
+    path: str
+    size: int
+    sha256: str
+    created: bool = Field(description="The file did not exist before.")
+    previous_sha256: str | None = Field(description="Hash of the content replaced, if any.")
+
+
+# --- list_dir / walk ---------------------------------------------------------
+
+
+class ListDirRequest(_Model):
+    path: str = Field(default=".", description="Directory to list.")
+    include_hidden: bool = Field(default=True, description="Include names starting with '.'.")
+    max_entries: int | None = Field(default=None, ge=1, description="Cap on entries (default: limits.walk_max_entries).")
+
+
+class DirEntry(_Model):
+    name: str
+    kind: FileKind
+    size: int | None = Field(default=None, description="Bytes, for regular files.")
+    mtime_ms: int | None = None
+    target: str | None = Field(default=None, description="Link text, for symbolic links (never followed).")
+
+
+class ListDirResult(_Model):
+    path: str
+    entries: list[DirEntry]
+    truncated: bool
+
+
+class WalkRequest(_Model):
+    path: str = Field(default=".", description="Directory to walk.")
+    max_depth: int | None = Field(default=None, ge=0, description="Deepest level to descend (default: limits.walk_max_depth).")
+    include: list[str] = Field(default_factory=list, description="Glob patterns (gitignore-style) entries must match.")
+    exclude: list[str] = Field(default_factory=list, description="Glob patterns (gitignore-style) to leave out.")
+    gitignore: bool = Field(default=False, description="Honour .gitignore files (and .git/info/exclude).")
+    include_hidden: bool = Field(default=True, description="Include names starting with '.'.")
+    prune_hidden_dirs: bool = Field(default=False, description="Do not descend into directories starting with '.'.")
+    follow_dir_links: bool = Field(default=False, description="Descend into symbolic links to directories inside the root.")
+    max_entries: int | None = Field(default=None, ge=1, description="Cap on entries (default: limits.walk_max_entries).")
+    max_dirs: int | None = Field(default=None, ge=1, description="Cap on directories read (default: limits.walk_max_dirs).")
+    max_bytes: int | None = Field(default=None, ge=1024, description="Cap on response size (default: limits.walk_max_response_bytes).")
+
+
+class WalkEntry(_Model):
+    path: str = Field(description="Relative to the walked directory, '/'-separated.")
+    kind: FileKind
+    size: int | None = None
+    depth: int
+
+
+class EntryError(_Model):
+    path: str
+    message: str
+
+
+class WalkResult(_Model):
+    path: str
+    entries: list[WalkEntry]
+    truncated: bool
+    truncated_reason: str | None = Field(default=None, description="Which limit stopped the walk.")
+    errors: list[EntryError] = Field(default_factory=list, description="Entries that could not be read; the walk went on.")
+    dirs_visited: int
+
+
+# --- stat / make_dir / move / remove ----------------------------------------
+
+
+class StatRequest(_Model):
+    path: str = Field(description="Path to describe.")
+    follow_symlinks: bool = Field(default=False, description="Describe a link's target (inside the root) instead of the link.")
+
+
+class StatResult(_Model):
+    path: str
+    exists: bool
+    kind: FileKind | None = None
+    size: int | None = None
+    mode: str | None = Field(default=None, description="Permission bits in octal, e.g. '0644'.")
+    mtime_ms: int | None = None
+    ctime_ms: int | None = None
+    is_file: bool = False
+    is_directory: bool = False
+    is_symlink: bool = False
+    target: str | None = Field(default=None, description="Link text, for symbolic links.")
+
+
+class MakeDirRequest(_Model):
+    path: str = Field(description="Directory to create.")
+    parents: bool = Field(default=True, description="Create missing parents too.")
+    exist_ok: bool = Field(default=True, description="Succeed if the directory already exists.")
+
+
+class MakeDirResult(_Model):
+    path: str
+    created: bool
+
+
+class MoveRequest(_Model):
+    source: str = Field(description="Path to move.")
+    destination: str = Field(description="New path.")
+    overwrite: bool = Field(default=False, description="Replace an existing destination file.")
+
+
+class MoveResult(_Model):
+    source: str
+    destination: str
+    overwritten: bool
+
+
+class RemoveRequest(_Model):
+    path: str = Field(description="Path to remove (a link is removed, never followed).")
+    recursive: bool = Field(default=False, description="Remove a directory and everything in it.")
+    force: bool = Field(default=False, description="Succeed when the path does not exist.")
+
+
+class RemoveResult(_Model):
+    path: str
+    removed: bool
+    entries_removed: int
+
+
+@runtime_checkable
+class FileSystem(Protocol):
+    """The file-system backend (plugins/fs implements it).
+
+    Each method receives absolute, lexically normalised paths that the gateway
+    has checked against the policy. The backend must make the *use* safe: resolve
+    beneath an open root directory fd with no-follow semantics, operate through
+    the parent directory's fd, and re-check the object it reached when links were
+    followed. Failures are raised as :class:`codespace.contract.FsError`.
+    """
+
+    async def read_file(self, request: ReadFileRequest) -> ReadFileResult: ...
+    async def write_file(self, request: WriteFileRequest) -> WriteFileResult: ...
+    async def list_dir(self, request: ListDirRequest) -> ListDirResult: ...
+    async def walk(self, request: WalkRequest) -> WalkResult: ...
+    async def stat(self, request: StatRequest) -> StatResult: ...
+    async def make_dir(self, request: MakeDirRequest) -> MakeDirResult: ...
+    async def move(self, request: MoveRequest) -> MoveResult: ...
+    async def remove(self, request: RemoveRequest) -> RemoveResult: ...
+
+    # Raw access for other backends (the patcher). Same confinement rules.
+    async def read_bytes(self, path: str, *, max_bytes: int, follow_symlink: bool = False) -> bytes:
+        """The whole content of a regular file; FsError(errno=ENOENT/EISDIR/EFBIG...) otherwise."""
+
+    async def write_bytes(
+        self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False
+    ) -> None:
+        """Atomically replace (or create) a regular file, keeping an existing file's mode."""
+
+    async def delete_file(self, path: str) -> None:
+        """Remove a file or a link (never its target); FsError(EISDIR) for a directory."""
+
+    async def kind(self, path: str) -> FileKind | None:
+        """What ``path`` is without following a final link; None when it does not exist."""

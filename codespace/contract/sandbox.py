@@ -1,0 +1,43 @@
+"""The Sandbox backend contract: turn a command spec into a confined one."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .commands import CommandSpec
+
+
+class SandboxLayout(BaseModel):
+    """The policy as a sandbox sees it, derived from the same rules the gateway uses."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    readable: list[str] = Field(description="Absolute roots readable (``/`` for the whole host).")
+    writable: list[str] = Field(description="Absolute roots writable, shallowest first.")
+    deny_read: list[str] = Field(description="Absolute paths hidden entirely.")
+    protected: list[str] = Field(description="Absolute paths kept read-only inside writable roots.")
+    protected_names: list[str] = Field(description="Names that must stay read-only (and uncreatable) at each writable root.")
+    network: Literal["off", "proxy", "on"]
+    proxy_socket: str | None = Field(default=None, description="Unix socket of the host-side proxy when network is 'proxy'.")
+
+
+class SandboxInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    engine: str = Field(description="Engine in use, e.g. 'bubblewrap' or 'landlock'.")
+    available: bool
+    landlock_abi: int | None = None
+    cannot_enforce: list[str] = Field(default_factory=list, description="Policy features this engine cannot enforce here.")
+    detail: str = ""
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """The sandbox backend (plugins/linux_sandbox implements it)."""
+
+    def info(self) -> SandboxInfo: ...
+
+    def wrap(self, spec: CommandSpec, layout: SandboxLayout) -> CommandSpec:
+        """Return the spec to spawn instead: the helper's argv, with the handshake in ``inherit``."""

@@ -1,0 +1,355 @@
+"""The gateway: every tool call is checked and recorded here before a backend runs.
+
+Order of a call: size limit -> argument validation -> path normalisation ->
+operation identity (replay / conflict / wait for an in-flight duplicate) ->
+policy check (paths as written and as resolved, commands argv by argv) ->
+handler -> record. Refusals name the rule and are recorded too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic import BaseModel, ValidationError
+
+from .contract import BackendMissing, ToolError
+from .policy import Refusal, normalize, validate_agent_path
+from .store import OperationRecord
+from .tooling import Needs, ProgressFn, ToolCall, ToolDefinition
+
+if TYPE_CHECKING:
+    from .backends import Backends
+    from .plugins import Plugins
+    from .processes import ProcessRegistry
+    from .store import OperationStore
+    from .tooling import ToolRegistry
+    from .workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+ARGUMENT_SUMMARY_CHARS = 2000
+FOREIGN_WAIT_S = 30.0  # how long to wait for a duplicate another server is running
+
+
+@dataclass
+class Outcome:
+    """What the server turns into a CallToolResult."""
+
+    is_error: bool
+    text: str
+    structured: dict[str, Any] | None
+
+
+def new_operation_id() -> str:
+    return f"op-{int(time.time() * 1000):012x}-{secrets.token_hex(5)}"
+
+
+def arguments_hash(tool: str, args: dict[str, Any]) -> str:
+    canonical = json.dumps({"tool": tool, "arguments": args}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _summary(args: dict[str, Any]) -> str:
+    text = json.dumps(args, ensure_ascii=False, default=str)
+    return text if len(text) <= ARGUMENT_SUMMARY_CHARS else text[:ARGUMENT_SUMMARY_CHARS] + "...(shortened)"
+
+
+def _argument_bytes(raw: dict[str, Any]) -> int:
+    return len(json.dumps(raw, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+
+
+def describe_validation_error(tool: str, exc: ValidationError) -> str:
+    problems = []
+    for item in exc.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(arguments)"
+        message = "unknown argument" if item["type"] == "extra_forbidden" else item["msg"]
+        problems.append(f"'{where}': {message}")
+    return f"invalid arguments for {tool}: " + "; ".join(problems) + ". Check the tool's input schema and call again."
+
+
+class _Refused(Exception):
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+class Gateway:
+    def __init__(
+        self,
+        workspace: Workspace,
+        registry: ToolRegistry,
+        backends: Backends,
+        plugins: Plugins,
+        store: OperationStore,
+        processes: ProcessRegistry | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.registry = registry
+        self.backends = backends
+        self.plugins = plugins
+        self.store = store
+        self.processes = processes
+        self._inflight: dict[str, anyio.Event] = {}
+
+    # -- entry point -----------------------------------------------------------
+
+    async def call(
+        self, name: str, raw_args: dict[str, Any] | None, *, client: str | None = None, progress: ProgressFn | None = None
+    ) -> Outcome:
+        tool = self.registry.get(name)
+        if tool is None:
+            known = ", ".join(sorted(t.name for t in self.registry))
+            return _error("unknown_tool", f"unknown tool {name!r}; available tools: {known}")
+        raw_args = raw_args or {}
+
+        limit = self.workspace.limits.max_argument_bytes
+        size = _argument_bytes(raw_args)
+        if size > limit:
+            refusal = Refusal(
+                "limits.max_argument_bytes",
+                f"refused by policy: the arguments are {size} bytes and limits.max_argument_bytes is {limit}. "
+                "To proceed: split the work into smaller calls (for example several smaller patches or writes).",
+            )
+            return await self._record_refusal(tool, None, refusal, {"size": size}, client)
+
+        try:
+            args = tool.arguments.model_validate(raw_args)
+        except ValidationError as exc:
+            return _error("invalid_arguments", describe_validation_error(name, exc))
+
+        call = ToolCall(
+            tool=tool, workspace=self.workspace, backends=self.backends, plugins=self.plugins, store=self.store,
+            processes=self.processes, operation_id=None, client=client, _progress=progress,
+        )
+        try:
+            args, needs = self._resolve_paths(tool, args)
+        except _Refused as refused:
+            return await self._record_refusal(tool, None, refused.refusal, raw_args, client)
+
+        if not tool.side_effects:
+            try:
+                self._check(tool, args, call, needs)
+            except _Refused as refused:
+                return await self._record_refusal(tool, None, refused.refusal, raw_args, client)
+            except ToolError as exc:
+                return _error(exc.code, exc.message, exc.details)
+            return await self._run(tool, args, call)
+        return await self._call_with_operation(tool, args, call, needs)
+
+    # -- operations --------------------------------------------------------------
+
+    async def _call_with_operation(self, tool: ToolDefinition, args: BaseModel, call: ToolCall, needs: Needs) -> Outcome:
+        operation_id = getattr(args, "operation_id", None) or new_operation_id()
+        call.operation_id = operation_id
+        dumped = args.model_dump(mode="json", exclude={"operation_id"})
+        args_hash = arguments_hash(tool.name, dumped)
+        began = await self.store.begin(operation_id, tool.name, args_hash, _summary(dumped), call.client)
+        if began.outcome == "conflict":
+            return _error(
+                "operation_conflict",
+                f"operation_id {operation_id!r} was already used for a different call "
+                f"({began.record.tool}, status {began.record.status}); use a new operation_id for a new call, "
+                "or repeat the original arguments to get its result.",
+                {"operation_id": operation_id, "tool": began.record.tool, "status": began.record.status},
+            )
+        if began.outcome == "existing":
+            record = await self._wait_finished(began.record)
+            return self._replay(tool, record)
+
+        event = self._inflight[operation_id] = anyio.Event()
+        try:
+            try:
+                self._check(tool, args, call, needs)
+            except _Refused as refused:
+                return await self._finish_refused(tool, operation_id, refused.refusal)
+            except ToolError as exc:
+                # Nothing ran (no backend, a patch that does not parse): the key stays free for a retry.
+                await self.store.forget(operation_id)
+                return _error(exc.code, exc.message, exc.details)
+            return await self._run(tool, args, call)
+        finally:
+            del self._inflight[operation_id]
+            event.set()
+
+    async def _wait_finished(self, record: OperationRecord) -> OperationRecord:
+        if record.status != "running":
+            return record
+        event = self._inflight.get(record.operation_id)
+        if event is not None:
+            await event.wait()
+        else:
+            with anyio.move_on_after(FOREIGN_WAIT_S):
+                while record.status == "running":
+                    await anyio.sleep(0.1)
+                    record = await self.store.get(record.operation_id) or record
+            return record
+        return await self.store.get(record.operation_id) or record
+
+    def _replay(self, tool: ToolDefinition, record: OperationRecord) -> Outcome:
+        if record.status == "succeeded" and record.result is not None:
+            structured = {**record.result, "replayed": True}
+            try:
+                model = tool.result.model_validate({k: v for k, v in record.result.items() if k not in ("operation_id", "replayed")})
+                text = tool.render_text(model, structured)
+            except ValidationError:
+                text = json.dumps(structured, ensure_ascii=False)
+            return Outcome(False, text, structured)
+        if record.status == "running":
+            return _error(
+                "operation_running",
+                f"operation {record.operation_id} is still running in another server; poll get_operation "
+                "and do not start it again.",
+                {"operation_id": record.operation_id},
+            )
+        if record.status == "interrupted":
+            message = (
+                f"operation {record.operation_id} was interrupted: the server stopped while it ran, so its "
+                "effects may be partial. Inspect the workspace, then retry with a new operation_id."
+            )
+        else:
+            message = f"{record.error or 'the operation did not succeed'} (replayed: operation " \
+                      f"{record.operation_id} already ended with status {record.status})"
+        stored = (record.result or {}).get("error") or {}
+        structured = {
+            "error": {**stored, "code": stored.get("code", record.status), "message": message},
+            "operation_id": record.operation_id,
+            "replayed": True,
+            "status": record.status,
+        }
+        return Outcome(True, message, structured)
+
+    # -- policy -------------------------------------------------------------------
+
+    def _normalize(self, raw: str) -> str:
+        problem = validate_agent_path(raw)
+        if problem is not None:
+            raise _Refused(Refusal(
+                "path syntax", f"refused: {problem} (rule: path syntax; path {raw!r}). To proceed: pass a valid path."
+            ))
+        return normalize(raw, str(self.workspace.root))
+
+    def _resolve_paths(self, tool: ToolDefinition, args: BaseModel) -> tuple[BaseModel, Needs]:
+        if not tool.paths:
+            return args, Needs()
+        updates: dict[str, str] = {}
+        needs = Needs()
+        for field, need in tool.paths.items():
+            raw = getattr(args, field)
+            if raw is None:
+                continue
+            absolute = self._normalize(raw)
+            updates[field] = absolute
+            (needs.write if need == "write" else needs.read).append(absolute)
+        return args.model_copy(update=updates), needs
+
+    def _check(self, tool: ToolDefinition, args: BaseModel, call: ToolCall, static: Needs) -> None:
+        needs = static
+        if tool.needs is not None:
+            dynamic = tool.needs(args, call)
+            needs = Needs(
+                read=[*static.read, *(self._normalize(p) for p in dynamic.read)],
+                write=[*static.write, *(self._normalize(p) for p in dynamic.write)],
+                argv=dynamic.argv,
+                shell=dynamic.shell,
+            )
+        rules = self.workspace.paths
+        for path in needs.read:
+            refusal = rules.check(path, "read")
+            if refusal is not None:
+                raise _Refused(refusal)
+        for path in needs.write:
+            refusal = rules.check(path, "write")
+            if refusal is not None:
+                raise _Refused(refusal)
+        for argv in needs.argv:
+            refusal = self.workspace.commands.check_argv(argv)
+            if refusal is not None:
+                raise _Refused(refusal)
+        for script in needs.shell:
+            refusal = self.workspace.commands.check_shell(script)
+            if refusal is not None:
+                raise _Refused(refusal)
+
+    async def _record_refusal(
+        self, tool: ToolDefinition, operation_id: str | None, refusal: Refusal, raw_args: dict[str, Any], client: str | None
+    ) -> Outcome:
+        operation_id = operation_id or new_operation_id()
+        outcome = _refusal_outcome(refusal, operation_id)
+        await self.store.insert_finished(
+            OperationRecord(
+                operation_id=operation_id, tool=tool.name, args_hash=arguments_hash(tool.name, raw_args),
+                arguments=_summary(raw_args), status="refused", result=outcome.structured, error=refusal.message,
+                rule=refusal.rule, client=client, created_at=time.time(),
+            )
+        )
+        log.info("refused %s (%s): %s", tool.name, refusal.rule, refusal.message)
+        return outcome
+
+    async def _finish_refused(self, tool: ToolDefinition, operation_id: str, refusal: Refusal) -> Outcome:
+        outcome = _refusal_outcome(refusal, operation_id)
+        await self.store.finish(operation_id, "refused", result=outcome.structured, error=refusal.message, rule=refusal.rule)
+        log.info("refused %s (%s): %s", tool.name, refusal.rule, refusal.message)
+        return outcome
+
+    # -- running ------------------------------------------------------------------
+
+    async def _run(self, tool: ToolDefinition, args: BaseModel, call: ToolCall) -> Outcome:
+        operation_id = call.operation_id
+        try:
+            result = await tool.handler(call, args)
+        except anyio.get_cancelled_exc_class():
+            if operation_id is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.store.finish(operation_id, "cancelled", error="cancelled by the client or a shutdown")
+            raise
+        except BackendMissing as exc:
+            if operation_id is not None:
+                await self.store.forget(operation_id)
+            return _error(exc.code, exc.message, exc.details)
+        except ToolError as exc:
+            outcome = _error(exc.code, exc.message, exc.details, operation_id)
+            if operation_id is not None:
+                await self.store.finish(operation_id, "failed", result=outcome.structured, error=exc.message)
+            return outcome
+        except Exception as exc:
+            owner = self.registry.owners.get(tool.name, "?")
+            log.exception("tool %s (plugin %s) failed", tool.name, owner)
+            message = (
+                f"internal error in {tool.name} (provided by {owner}): {type(exc).__name__}: {exc}. "
+                "This is a bug in CodeSpace or the plugin, not in your request; the server log has the traceback."
+            )
+            outcome = _error("internal_error", message, None, operation_id)
+            if operation_id is not None:
+                await self.store.finish(operation_id, "failed", result=outcome.structured, error=message)
+            return outcome
+        structured = result.model_dump(mode="json")
+        if operation_id is not None:
+            structured["operation_id"] = operation_id
+            structured["replayed"] = False
+            await self.store.finish(operation_id, "succeeded", result=structured)
+        return Outcome(False, tool.render_text(result, structured), structured)
+
+
+def _error(code: str, message: str, details: dict[str, Any] | None = None, operation_id: str | None = None) -> Outcome:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        error["details"] = details
+    structured: dict[str, Any] = {"error": error}
+    if operation_id is not None:
+        structured["operation_id"] = operation_id
+    return Outcome(True, message, structured)
+
+
+def _refusal_outcome(refusal: Refusal, operation_id: str) -> Outcome:
+    structured = {
+        "error": {"code": "refused", "rule": refusal.rule, "message": refusal.message},
+        "operation_id": operation_id,
+    }
+    return Outcome(True, refusal.message, structured)

@@ -1,0 +1,144 @@
+"""Hook specifications: the contract between the CodeSpace host and its plugins.
+
+A plugin is a module (or object) registered under the entry-point group
+``codespace.plugins`` whose functions are marked with :data:`codespace.hookimpl`.
+Hooks are synchronous and are called at start-up or once per workspace; what they
+return (backends, tools) exposes ``async`` methods that the server awaits.
+
+Hooks that *provide a backend* are ``firstresult``: the first non-None result wins,
+so a plugin that cannot serve a workspace (missing kernel feature, wrong platform)
+returns None and lets the next one answer.
+
+The host never calls ``pm.hook.*`` outside :mod:`codespace.plugins`; the rest of the
+core goes through the typed facade :class:`codespace.plugins.Plugins`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .contract import FileSystem, Patcher, Sandbox, Terminal
+    from .doctor import Check
+    from .tooling import ToolRegistrar
+    from .workspace import Workspace
+
+hookspec = pluggy.HookspecMarker("codespace")
+
+# -------------------------------------------------------------------------
+# Start-up
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def codespace_startup(workspace: Workspace) -> None:
+    """Prepare the plugin for serving ``workspace``; recover from an earlier crash.
+
+    Called once when a server starts on a workspace, after the operation store has
+    marked the operations of a dead server ``interrupted`` and before the first
+    tool call is accepted. Use it to finish or roll back work a crash left behind
+    (for example a patch journal in ``workspace.state_dir``). Keep it fast: server
+    readiness waits for it.
+
+    :param workspace: The workspace about to be served.
+
+    .. note:: An exception raised here is reported and disables nothing else; the
+       plugin's backends are still offered.
+    """
+
+
+@hookspec
+def codespace_doctor(workspace: Workspace) -> list[Check] | None:
+    """Report environment checks for ``codespace doctor``.
+
+    :param workspace: The workspace being diagnosed (its policy may be the default).
+    :return: A list of :class:`codespace.doctor.Check`, one per thing the plugin
+        depends on (a kernel feature, an executable), each with a hint that tells an
+        operator how to fix a problem.
+    """
+
+
+# -------------------------------------------------------------------------
+# Backends
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def codespace_filesystem(workspace: Workspace) -> FileSystem | None:
+    """Provide the file-system backend for ``workspace``.
+
+    The backend performs the file tools (``read_file``, ``write_file``, ``list_dir``,
+    ``walk``, ``stat``, ``make_dir``, ``move``, ``remove``) and the raw file access
+    the patch backend needs. The gateway has already checked each path against the
+    policy; the backend must make the *use* of the path safe (no-follow, confined
+    to the allowed root, race-free).
+
+    :param workspace: The workspace to serve.
+    :return: An object implementing :class:`codespace.backends.FileSystem`, or None
+        to let another plugin answer.
+
+    .. note:: Stops at the first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def codespace_patcher(workspace: Workspace) -> Patcher | None:
+    """Provide the patch backend (``apply_patch``) for ``workspace``.
+
+    The patcher reads and writes files only through the :class:`FileSystem`
+    backend the host hands to each call, never through ``open()`` on agent paths.
+
+    :param workspace: The workspace to serve.
+    :return: An object implementing :class:`codespace.backends.Patcher`, or None.
+
+    .. note:: Stops at the first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def codespace_terminal(workspace: Workspace) -> Terminal | None:
+    """Provide the terminal backend used for ``exec(tty=true)`` sessions.
+
+    :param workspace: The workspace to serve.
+    :return: An object implementing :class:`codespace.backends.Terminal`, or None.
+
+    .. note:: Stops at the first non-None result.
+    """
+
+
+@hookspec(firstresult=True)
+def codespace_sandbox(workspace: Workspace) -> Sandbox | None:
+    """Provide the sandbox backend that wraps command specs for ``workspace``.
+
+    The host asks the sandbox to wrap every command it spawns when the policy
+    calls for a sandbox (``sandbox = "auto"`` with a restrictive policy, or
+    ``"required"``).
+
+    :param workspace: The workspace to serve.
+    :return: An object implementing :class:`codespace.backends.Sandbox`, or None
+        when no engine works on this host.
+
+    .. note:: Stops at the first non-None result.
+    """
+
+
+# -------------------------------------------------------------------------
+# Tools
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def codespace_register_tools(register: ToolRegistrar) -> None:
+    """Add MCP tools.
+
+    Call ``register(tool)`` with a :class:`codespace.tooling.ToolDefinition` for
+    each tool. Every tool passes through the gateway like the built-in ones: its
+    arguments are validated, the paths and commands it declares are checked
+    against the policy, and side-effecting tools get an operation record. A tool
+    name already taken is reported as a plugin error and the later tool is
+    dropped.
+
+    :param register: Callable taking one :class:`ToolDefinition`.
+    """

@@ -1,0 +1,233 @@
+"""The policy file (TOML) as pydantic models, with safe defaults when absent.
+
+The policy is operator configuration: no tool lets the agent change it. Unknown
+keys are errors (a typo must not silently weaken a rule), and every error names
+the file, the field and the problem.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Access = Literal["read", "write", "none"]
+
+MiB = 1024 * 1024
+UPSTREAM_READ_CEILING = 512 * MiB  # codex-file-system refuses reads above this
+
+# Names protected at any depth inside a writable root: writing them changes what
+# runs later (git hooks and config) or what governs the agent (CodeSpace, Codex and
+# agent configuration).
+DEFAULT_PROTECTED_NAMES = (".git", ".codespace", ".codex", ".agents")
+# Anchored at each writable root (leading "/"): shell start-up files and credential
+# stores that matter only where a home directory or project root would hold them.
+DEFAULT_PROTECTED_ANCHORED = (
+    "/.bashrc", "/.bash_profile", "/.bash_login", "/.bash_logout", "/.profile",
+    "/.zshrc", "/.zshenv", "/.zprofile", "/.zlogin", "/.envrc", "/.inputrc",
+    "/.aws", "/.ssh", "/.gnupg", "/.netrc", "/.npmrc", "/.pypirc",
+)
+
+DEFAULT_PATHS: dict[str, Access] = {
+    "/": "read",
+    ".": "write",
+    # The server's own environment and devices: /proc/<pid>/environ would hand the
+    # agent every secret the server was started with.
+    "/proc": "none",
+    "/sys": "none",
+    "/dev": "none",
+    "~/.ssh": "none",
+    "~/.aws": "none",
+    "~/.gnupg": "none",
+    "~/.netrc": "none",
+    "~/.config/gcloud": "none",
+    "~/.docker": "none",
+    "~/.kube": "none",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FilesystemPolicy(_Strict):
+    paths: dict[str, Access] = Field(default_factory=dict)
+    """Path entries merged over DEFAULT_PATHS. Relative entries are relative to the
+    workspace, ``~`` is the server user's home. The most specific entry wins; ties go
+    to the more restrictive access; a path no entry covers is ``none``."""
+    protected: list[str] = Field(default_factory=lambda: [*DEFAULT_PROTECTED_NAMES, *DEFAULT_PROTECTED_ANCHORED])
+    """Read-only inside writable roots: a bare name matches at any depth, an entry
+    with a leading ``/`` is anchored at each writable root."""
+    extra_protected: list[str] = Field(default_factory=list)
+    """Added to ``protected`` (so the defaults need not be repeated)."""
+    symlinks: Literal["within_root", "never"] = "within_root"
+    """``within_root``: relative links whose target stays inside the root being
+    accessed are followed, and the object finally reached is checked against the
+    policy again; ``never``: any link in a path is refused."""
+
+    @field_validator("paths")
+    @classmethod
+    def _no_empty_paths(cls, value: dict[str, Access]) -> dict[str, Access]:
+        for key in value:
+            if not key or "\0" in key:
+                raise ValueError(f"path entry {key!r} is empty or contains a NUL byte")
+        return value
+
+    @field_validator("protected", "extra_protected")
+    @classmethod
+    def _protected_entries(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            stripped = entry.strip("/")
+            if not stripped or ".." in stripped.split("/"):
+                raise ValueError(f"protected entry {entry!r} must name a path inside the root (no '..')")
+        return value
+
+    def merged_paths(self) -> dict[str, Access]:
+        return {**DEFAULT_PATHS, **self.paths}
+
+    def all_protected(self) -> list[str]:
+        return [*self.protected, *self.extra_protected]
+
+
+class CommandRule(_Strict):
+    program: str
+    """Glob matched against the program's base name, or against its path when the
+    pattern contains a ``/``."""
+    args: list[str] | None = None
+    """Glob patterns matched against argv[1:] as a prefix; ``**`` matches all the
+    remaining arguments. None matches any arguments."""
+    decision: Literal["allow", "deny"]
+    reason: str = ""
+
+
+class CommandsPolicy(_Strict):
+    default: Literal["allow", "deny"] = "allow"
+    """Decision for a command no rule matches. Any matching deny rule wins."""
+    rules: list[CommandRule] = Field(default_factory=list)
+    shell: list[str] = Field(default_factory=lambda: ["/bin/bash", "-c"])
+    """How a shell-string command runs: the string is appended as the last argument."""
+    opaque_shell: Literal["allow", "deny"] = "allow"
+    """Shell strings whose simple commands cannot be seen statically (command
+    substitution, ``eval``, ``source``...): allow them, or refuse them."""
+
+    @field_validator("shell")
+    @classmethod
+    def _shell_nonempty(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("shell must name a program, e.g. ['/bin/bash', '-c']")
+        return value
+
+
+class EnvPolicy(_Strict):
+    inherit: Literal["all", "none", "core"] = "core"
+    """Start from the server's whole environment, nothing, or the core variables
+    (PATH SHELL TMPDIR TEMP TMP HOME LANG LC_ALL LC_CTYPE LOGNAME USER)."""
+    ignore_default_excludes: bool = False
+    """Keep names matching *KEY*, *SECRET*, *TOKEN* (dropped by default)."""
+    exclude: list[str] = Field(default_factory=list)
+    set: dict[str, str] = Field(default_factory=dict)
+    include_only: list[str] = Field(default_factory=list)
+
+
+class NetworkPolicy(_Strict):
+    access: Literal["off", "allowlist", "on"] = "off"
+    allowed_domains: list[str] = Field(default_factory=list)
+    denied_domains: list[str] = Field(default_factory=list)
+    mode: Literal["full", "limited"] = "full"
+    """``limited``: plain HTTP requests may only use GET, HEAD and OPTIONS."""
+    allow_local_binding: bool = False
+    allow_wildcard: bool = False
+    """A bare ``*`` in allowed_domains is refused unless this is true."""
+
+    @model_validator(mode="after")
+    def _wildcard(self) -> NetworkPolicy:
+        if "*" in self.allowed_domains and not self.allow_wildcard:
+            raise ValueError("a bare '*' in allowed_domains allows every host; set allow_wildcard = true to mean it")
+        return self
+
+
+class SandboxPolicy(_Strict):
+    mode: Literal["auto", "required", "off"] = "auto"
+    """``auto``: sandbox commands whenever the policy restricts anything and an
+    engine works; ``required``: refuse to run commands when no engine works;
+    ``off``: never sandbox."""
+    engine: Literal["auto", "bubblewrap", "landlock"] = "auto"
+
+
+class Limits(_Strict):
+    max_argument_bytes: int = Field(default=4 * MiB, ge=1024)
+    """Size of one tool call's arguments, as JSON."""
+    max_file_bytes: int = Field(default=64 * MiB, ge=1, le=UPSTREAM_READ_CEILING)
+    """Largest file read or written whole."""
+    max_read_bytes: int = Field(default=256 * 1024, ge=1024)
+    """Default cap on the text one read_file call returns (a continuation hint follows)."""
+    exec_timeout_ms: int = Field(default=10_000, ge=1)
+    max_exec_timeout_ms: int = Field(default=3_600_000, ge=1)
+    output_cap_bytes: int = Field(default=1 * MiB, ge=1024)
+    max_sessions: int = Field(default=64, ge=1, le=4096)
+    walk_max_depth: int = Field(default=64, ge=1)
+    walk_max_dirs: int = Field(default=10_000, ge=1)
+    walk_max_entries: int = Field(default=50_000, ge=1)
+    walk_max_response_bytes: int = Field(default=4 * MiB, ge=1024)
+
+
+class PluginsPolicy(_Strict):
+    allow: list[str] | None = None
+    """When set, only these plugins load."""
+    block: list[str] = Field(default_factory=list)
+
+
+class StorePolicy(_Strict):
+    state_dir: str | None = None
+    """Where the operation store lives; must be outside every writable root."""
+    max_records: int = Field(default=10_000, ge=10)
+    max_age_days: float = Field(default=30.0, gt=0)
+
+
+class Policy(_Strict):
+    version: Literal[1] = 1
+    filesystem: FilesystemPolicy = Field(default_factory=FilesystemPolicy)
+    commands: CommandsPolicy = Field(default_factory=CommandsPolicy)
+    env: EnvPolicy = Field(default_factory=EnvPolicy)
+    network: NetworkPolicy = Field(default_factory=NetworkPolicy)
+    sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
+    limits: Limits = Field(default_factory=Limits)
+    plugins: PluginsPolicy = Field(default_factory=PluginsPolicy)
+    store: StorePolicy = Field(default_factory=StorePolicy)
+
+
+class PolicyError(Exception):
+    """The policy file cannot be used; the message names file, field and problem."""
+
+
+def _describe_validation_error(path: Path, err: ValidationError) -> str:
+    lines = [f"policy file {path}: {err.error_count()} problem(s)"]
+    for item in err.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        problem = item["msg"]
+        if item["type"] == "extra_forbidden":
+            problem = "unknown key (check the spelling; see the policy reference in README.md)"
+        lines.append(f"  field '{field}': {problem}")
+    return "\n".join(lines)
+
+
+def load_policy(path: Path | None) -> Policy:
+    """Read and validate a policy file; ``None`` gives the defaults."""
+    if path is None:
+        return Policy()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PolicyError(f"policy file {path}: cannot read it: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"policy file {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"policy file {path}: TOML syntax error: {exc}") from exc
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(_describe_validation_error(path, exc)) from exc

@@ -1,0 +1,192 @@
+"""Path rules: which access a path has, and why a request is refused.
+
+Rules are evaluated on absolute, lexically normalised paths (``..`` removed
+without touching the disk, as upstream does). The gateway checks both the path as
+written and the path its existing prefix resolves to, so a symbolic link cannot
+carry a request somewhere the policy forbids; the file-system backend then makes
+the *use* race-free. The same rules drive the sandbox's mounts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .model import Access, FilesystemPolicy
+
+PATH_MAX = 4096
+NAME_MAX = 255
+
+# Ties between entries of equal depth go to the more restrictive access.
+_RESTRICTIVENESS = {"none": 2, "read": 1, "write": 0}
+
+Need = Literal["read", "write"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A policy decision against a request: the rule that refused it and an
+    agent-facing message saying why and what to do instead."""
+
+    rule: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PathRule:
+    parts: tuple[str, ...]
+    access: Access
+    source: str
+
+    @property
+    def path(self) -> str:
+        return "/" + "/".join(self.parts)
+
+
+def split_parts(path: str) -> tuple[str, ...]:
+    return tuple(p for p in path.split("/") if p)
+
+
+def normalize(raw: str, base: str) -> str:
+    """Join ``raw`` to ``base`` and remove ``.``/``..`` lexically (``..`` at ``/`` stays ``/``)."""
+    joined = raw if raw.startswith("/") else f"{base}/{raw}"
+    out: list[str] = []
+    for part in joined.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if out:
+                out.pop()
+            continue
+        out.append(part)
+    return "/" + "/".join(out)
+
+
+def validate_agent_path(raw: str) -> str | None:
+    """A problem with the path text itself, before any rule applies, or None."""
+    if raw == "":
+        return "the path is empty; use '.' for the workspace root"
+    if "\0" in raw:
+        return "the path contains a NUL byte, which no file name can hold"
+    encoded = os.fsencode(raw) if _encodable(raw) else None
+    if encoded is None:
+        return "the path contains characters that cannot be encoded as a file name"
+    if len(encoded) >= PATH_MAX:
+        return f"the path is {len(encoded)} bytes long; the limit is {PATH_MAX - 1}"
+    for part in raw.split("/"):
+        if len(os.fsencode(part)) > NAME_MAX:
+            return f"a path component is longer than {NAME_MAX} bytes: {part[:40]!r}..."
+    return None
+
+
+def _encodable(raw: str) -> bool:
+    try:
+        os.fsencode(raw)
+    except UnicodeError:
+        return False
+    return True
+
+
+class PathRules:
+    """The resolved path rules of one workspace."""
+
+    def __init__(self, rules: list[PathRule], protected: list[str]) -> None:
+        self.rules = sorted(rules, key=lambda r: (len(r.parts), _RESTRICTIVENESS[r.access]), reverse=True)
+        self.protected_names = {p for p in protected if "/" not in p.strip("/") and not p.startswith("/")}
+        self.protected_anchored = [split_parts(p) for p in protected if p not in self.protected_names]
+
+    @classmethod
+    def build(
+        cls,
+        fs: FilesystemPolicy,
+        workspace: Path,
+        home: str,
+        extra: list[PathRule] = (),  # type: ignore[assignment]
+    ) -> PathRules:
+        rules = []
+        for key, access in fs.merged_paths().items():
+            if key == "~" or key.startswith("~/"):
+                absolute = normalize(key[2:] if key != "~" else ".", home)
+            else:
+                absolute = normalize(key, str(workspace))
+            rules.append(PathRule(split_parts(absolute), access, f"filesystem.paths[{key!r}]"))
+        rules.extend(extra)
+        return cls(rules, fs.all_protected())
+
+    def match(self, path: str) -> PathRule | None:
+        """The most specific rule covering ``path`` (rules are pre-sorted)."""
+        parts = split_parts(path)
+        for rule in self.rules:
+            n = len(rule.parts)
+            if parts[:n] == rule.parts:
+                return rule
+        return None
+
+    def access(self, path: str) -> Access:
+        rule = self.match(path)
+        return rule.access if rule else "none"
+
+    def writable_roots(self) -> list[str]:
+        return [r.path for r in self.rules if r.access == "write"]
+
+    def protected_part(self, path: str, rule: PathRule) -> str | None:
+        """The protected name or anchored path ``path`` falls under, relative to the
+        writable rule that grants it, or None."""
+        rel = split_parts(path)[len(rule.parts):]
+        for part in rel:
+            if part in self.protected_names:
+                return part
+        for anchored in self.protected_anchored:
+            if rel[: len(anchored)] == anchored:
+                return "/" + "/".join(anchored)
+        return None
+
+    def _check_one(self, path: str, need: Need) -> Refusal | None:
+        rule = self.match(path)
+        if rule is None:
+            return Refusal(
+                "filesystem.paths (no entry)",
+                f"no filesystem.paths entry covers {path}; access is none",
+            )
+        if rule.access == "none":
+            return Refusal(rule.source, f"{rule.source} = 'none' forbids any access to {path}")
+        if need == "write":
+            if rule.access == "read":
+                return Refusal(rule.source, f"{rule.source} = 'read' makes {path} read-only")
+            protected = self.protected_part(path, rule)
+            if protected is not None:
+                return Refusal(
+                    "filesystem.protected",
+                    f"{path} is inside protected path '{protected}' (rule filesystem.protected), "
+                    "which stays read-only inside writable roots",
+                )
+        return None
+
+    def check(self, path: str, need: Need) -> Refusal | None:
+        """Check ``path`` as written and as its existing prefix resolves."""
+        refusal = self._check_one(path, need)
+        if refusal is not None:
+            return _with_hint(refusal, need)
+        try:
+            real = os.path.realpath(path)
+        except (OSError, ValueError):
+            return None
+        if real != path:
+            refusal = self._check_one(real, need)
+            if refusal is not None:
+                return _with_hint(
+                    Refusal(refusal.rule, f"{path} resolves through a symbolic link to {real}: {refusal.message}"),
+                    need,
+                )
+        return None
+
+
+def _with_hint(refusal: Refusal, need: Need) -> Refusal:
+    hint = (
+        "write somewhere the policy makes writable (see workspace_info), or ask the operator to change the policy"
+        if need == "write"
+        else "read only paths the policy allows (see workspace_info), or ask the operator to change the policy"
+    )
+    return Refusal(refusal.rule, f"refused by policy: {refusal.message}. To proceed: {hint}.")

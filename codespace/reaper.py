@@ -1,0 +1,58 @@
+"""Kill the process groups that operations of a dead server left behind."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+from .store import OperationRecord, proc_start_ticks
+
+log = logging.getLogger(__name__)
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) == pgid:
+                members.append(int(entry))
+        except OSError:
+            continue
+    return members
+
+
+def group_is_ours(pgid: int, leader_start: int | None) -> bool:
+    """True when group ``pgid`` is still the one we recorded.
+
+    Linux never hands out a pid that is in use as a process-group id, so while any
+    member of our group lives, ``pgid`` cannot name a new process. The group is a
+    different one only if a process with pid ``pgid`` exists and started at another
+    time than our leader did.
+    """
+    leader_now = proc_start_ticks(pgid)
+    if leader_now is not None:
+        return leader_start is None or leader_now == leader_start
+    return bool(_group_members(pgid))
+
+
+def reap(records: list[OperationRecord]) -> list[int]:
+    """SIGKILL every recorded group that still exists and is ours; return those killed."""
+    killed = []
+    for record in records:
+        if record.pgid is None or record.pgid <= 1 or record.pgid == os.getpgid(0):
+            continue
+        if not group_is_ours(record.pgid, record.pgid_start):
+            continue
+        try:
+            os.killpg(record.pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        except PermissionError as exc:
+            log.warning("cannot reap process group %s of operation %s: %s", record.pgid, record.operation_id, exc)
+            continue
+        log.warning("reaped process group %s left by interrupted operation %s", record.pgid, record.operation_id)
+        killed.append(record.pgid)
+    return killed

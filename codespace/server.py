@@ -1,0 +1,93 @@
+"""The MCP face of an App: tool schemas out, tool calls into the gateway.
+
+Built on the low-level ``mcp.server.Server``: measured side by side (see
+benchmarks/README.md) it answers a call faster than ``MCPServer``, whose
+signature introspection and per-call argument model we do not need because the
+gateway validates with the tools' own pydantic models.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+
+from . import __version__
+from .app import App
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "CodeSpace executes in a governed workspace. Call workspace_info first: it shows the root (relative paths "
+    "resolve against it), what is readable or writable, command rules and limits. Side-effecting tools accept "
+    "operation_id: retrying with the same id returns the stored result instead of running twice. Refusals name "
+    "the policy rule that applied."
+)
+
+
+def _client_name(ctx: Any) -> str | None:
+    params = getattr(ctx.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    return getattr(info, "name", None)
+
+
+def build_server(app: App, *, transport: str = "memory") -> Server[App]:
+    entered = 0
+    lock = anyio.Lock()
+    stack: list[Any] = []
+
+    @asynccontextmanager
+    async def lifespan(_: Server[App]) -> AsyncIterator[App]:
+        # Each in-process legacy connection enters the lifespan; the App runs once.
+        nonlocal entered
+        async with lock:
+            if entered == 0:
+                cm = app.running()
+                await cm.__aenter__()
+                stack.append(cm)
+            entered += 1
+        try:
+            yield app
+        finally:
+            with anyio.CancelScope(shield=True):
+                async with lock:
+                    entered -= 1
+                    if entered == 0:
+                        await stack.pop().__aexit__(None, None, None)
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=app.registry.mcp_tools())
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            await ctx.session.report_progress(done, total, message)
+
+        name = _client_name(ctx)
+        client = f"{transport}:{name}" if name else transport
+        outcome = await app.gateway.call(params.name, params.arguments, client=client, progress=progress)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=outcome.text)],
+            structured_content=outcome.structured,
+            is_error=outcome.is_error,
+        )
+
+    server: Server[App] = Server(
+        "codespace",
+        version=__version__,
+        title="CodeSpace",
+        instructions=INSTRUCTIONS,
+        lifespan=lifespan,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+    if not os.environ.get("CODESPACE_OTEL"):
+        # The default OpenTelemetry middleware is a no-op without an exporter but
+        # still costs ~0.1 ms per call; CODESPACE_OTEL=1 keeps it.
+        server.middleware = []
+    return server

@@ -1,0 +1,126 @@
+"""The operation store contract: records, outcomes of ``begin``, and the interface.
+
+The embedded implementation is SQLite (:mod:`codespace.store.sqlite`); the
+interface is small so a shared database can back several gateways later.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Status = Literal["running", "succeeded", "failed", "refused", "interrupted", "cancelled"]
+FINISHED: tuple[Status, ...] = ("succeeded", "failed", "refused", "interrupted", "cancelled")
+
+
+class OperationRecord(BaseModel):
+    """One side-effecting call (or any refusal), as stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operation_id: str
+    tool: str
+    args_hash: str = Field(description="SHA-256 of the canonical JSON arguments (tool name included).")
+    arguments: str | None = Field(default=None, description="Arguments as JSON, shortened for display.")
+    status: Status
+    result: dict[str, Any] | None = Field(default=None, description="Structured result, or the error as a dict.")
+    error: str | None = None
+    rule: str | None = Field(default=None, description="The policy rule that refused the call.")
+    client: str | None = None
+    owner: str | None = Field(default=None, description="The server instance that ran it (pid:start:boot).")
+    pgid: int | None = Field(default=None, description="Process group the operation started, if any.")
+    pgid_start: int | None = Field(default=None, description="Start time (clock ticks) of the group's leader.")
+    created_at: float
+    finished_at: float | None = None
+
+
+BeginOutcome = Literal["new", "existing", "conflict"]
+
+
+@dataclass(frozen=True)
+class Begin:
+    outcome: BeginOutcome
+    record: OperationRecord
+
+
+class OperationStore(Protocol):
+    async def begin(
+        self, operation_id: str, tool: str, args_hash: str, arguments: str | None, client: str | None
+    ) -> Begin:
+        """Claim ``operation_id`` for a new run, or return the record already holding it."""
+
+    async def finish(
+        self,
+        operation_id: str,
+        status: Status,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+        rule: str | None = None,
+    ) -> None: ...
+
+    async def forget(self, operation_id: str) -> None:
+        """Drop a running claim whose call never started executing, freeing the key."""
+
+    async def insert_finished(self, record: OperationRecord) -> None:
+        """Store a record that never ran (a refusal of a read-only call)."""
+
+    async def attach_process(self, operation_id: str, pgid: int, pgid_start: int | None) -> None:
+        """Remember the process group an operation started, so a restart can reap it."""
+
+    async def get(self, operation_id: str) -> OperationRecord | None: ...
+
+    async def list(
+        self, *, limit: int = 50, status: Status | None = None, tool: str | None = None, before: float | None = None
+    ) -> list[OperationRecord]: ...
+
+    async def recover(self) -> list[OperationRecord]:
+        """Mark operations of dead servers ``interrupted``; return them (with their pgids to reap)."""
+
+    async def close(self) -> None: ...
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses; fields resume after the last ')'.
+    fields = data[data.rindex(b")") + 2 :].split()
+    return int(fields[19])
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def owner_token(pid: int | None = None) -> str:
+    """Identify a live process across pid reuse: pid, start time and boot."""
+    pid = pid or os.getpid()
+    return f"{pid}:{proc_start_ticks(pid)}:{_boot_id()}"
+
+
+def owner_alive(token: str | None) -> bool:
+    if not token:
+        return False
+    try:
+        pid_text, start_text, boot = token.split(":", 2)
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if boot != _boot_id():
+        return False
+    return str(proc_start_ticks(pid)) == start_text
+
+
+def now() -> float:
+    return time.time()

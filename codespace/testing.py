@@ -1,0 +1,69 @@
+"""Helpers for tests of CodeSpace and of its plugins: a real in-process MCP session.
+
+    async with connect(tmp_path / "ws", state_dir=tmp_path / "state", mode="legacy") as client:
+        result = await call_ok(client, "read_file", {"path": "a.txt"})
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp import Client
+
+from .app import App
+from .server import build_server
+
+MODES = ("auto", "legacy")
+
+
+def build_app(
+    workspace: str | os.PathLike[str],
+    *,
+    state_dir: str | os.PathLike[str],
+    policy: str | None = None,
+    plugins: tuple[str, ...] | None = None,
+) -> App:
+    """An App on ``workspace``; ``policy`` is TOML text; ``plugins`` limits which entry points load
+    (None: all installed)."""
+    policy_path = None
+    if policy is not None:
+        policy_path = Path(state_dir).parent / f"policy-{os.getpid()}-{id(policy)}.toml"
+        policy_path.write_text(policy)
+    env = dict(os.environ)
+    env.pop("CODESPACE_PLUGINS_BLOCK", None)
+    if plugins is not None:
+        env["CODESPACE_PLUGINS_ALLOW"] = ",".join(plugins) or "(none)"
+    return App.build(workspace, policy=policy_path, state_dir=state_dir, env=env)
+
+
+@asynccontextmanager
+async def connect(app_or_workspace: App | str | os.PathLike[str], *, mode: str = "auto", **kwargs: Any) -> AsyncIterator[Client]:
+    app = app_or_workspace if isinstance(app_or_workspace, App) else build_app(app_or_workspace, **kwargs)
+    async with Client(build_server(app), mode=mode) as client:
+        yield client
+
+
+def structured(result: Any) -> dict[str, Any]:
+    if result.structured_content is not None:
+        return result.structured_content
+    return json.loads(result.content[0].text)
+
+
+async def call_ok(client: Client, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    result = await client.call_tool(name, dict(arguments or {}))
+    assert not result.is_error, f"{name} failed: {result.content[0].text}"
+    return structured(result)
+
+
+async def call_error(client: Client, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``error`` object of a failing call (asserts that it failed)."""
+    result = await client.call_tool(name, dict(arguments or {}))
+    assert result.is_error, f"{name} unexpectedly succeeded: {result.content[0].text[:500]}"
+    data = structured(result)
+    assert data["error"]["message"] == result.content[0].text
+    return data["error"]

@@ -1,0 +1,197 @@
+"""How a tool is defined, what its handler receives, and the registry of tools.
+
+Built-in tools and plugin tools use the same :class:`ToolDefinition`, registered
+through the ``codespace_register_tools`` hook, and pass through the same gateway.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from .backends import Backends
+    from .plugins import Plugins
+    from .processes import ProcessRegistry
+    from .store import OperationStore
+    from .workspace import Workspace
+
+Need = Literal["read", "write"]
+ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+class OperationArgs(BaseModel):
+    """Arguments every side-effecting tool accepts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operation_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9._:@/+=-]+$",
+        description="Idempotency key. Retrying with the same key and arguments returns the stored result "
+        "without running again; a new key (or none) runs it again.",
+    )
+
+
+OPERATION_OUTPUT_FIELDS: dict[str, Any] = {
+    "operation_id": {"type": "string", "description": "The operation's id (pass to get_operation)."},
+    "replayed": {"type": "boolean", "description": "True when this is the stored result of an earlier run."},
+}
+
+
+@dataclass
+class Needs:
+    """What a call will touch, for the policy check. Paths may be relative to the
+    workspace; the gateway normalises them."""
+
+    read: list[str] = field(default_factory=list)
+    write: list[str] = field(default_factory=list)
+    argv: list[list[str]] = field(default_factory=list)
+    shell: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ToolCall:
+    """What a handler gets besides its arguments."""
+
+    tool: ToolDefinition
+    workspace: Workspace
+    backends: Backends
+    plugins: Plugins
+    store: OperationStore
+    processes: ProcessRegistry | None
+    operation_id: str | None
+    client: str | None
+    _progress: ProgressFn | None = None
+
+    async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress to the client if it asked for it (a no-op otherwise)."""
+        if self._progress is not None:
+            await self._progress(done, total, message)
+
+
+Handler = Callable[[ToolCall, Any], Awaitable[BaseModel]]
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """One MCP tool.
+
+    ``paths`` names the argument fields holding paths and the access each needs;
+    the gateway normalises them to absolute paths and checks them before the
+    handler runs. ``needs`` adds what only the arguments' content reveals (paths
+    inside a patch, the argv of a command). A tool that is not ``read_only`` gets an
+    operation record and must accept ``operation_id`` (subclass
+    :class:`OperationArgs`).
+    """
+
+    name: str
+    description: str
+    arguments: type[BaseModel]
+    result: type[BaseModel]
+    handler: Handler
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+    open_world: bool = False
+    title: str | None = None
+    paths: Mapping[str, Need] = field(default_factory=dict)
+    needs: Callable[[Any, ToolCall], Needs] | None = None
+    render: Callable[[Any], str] | None = None
+    """Text shown to the agent on success (default: the structured result as JSON)."""
+
+    @property
+    def side_effects(self) -> bool:
+        return not self.read_only
+
+    def validate_shape(self) -> str | None:
+        """A problem with the definition itself, or None."""
+        if not self.name or not self.name.replace("_", "").isalnum():
+            return f"tool name {self.name!r} must be letters, digits and underscores"
+        if not self.description.strip():
+            return f"tool {self.name!r} has no description"
+        if self.side_effects and "operation_id" not in self.arguments.model_fields:
+            return f"tool {self.name!r} has side effects but its arguments lack operation_id (subclass OperationArgs)"
+        for name in self.paths:
+            if name not in self.arguments.model_fields:
+                return f"tool {self.name!r} declares path field {name!r} that its arguments lack"
+        return None
+
+    def render_text(self, result: BaseModel, structured: dict[str, Any]) -> str:
+        if self.render is not None:
+            return self.render(result)
+        return json.dumps(structured, ensure_ascii=False)
+
+
+ToolRegistrar = Callable[[ToolDefinition], None]
+
+
+class ToolRegistry:
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolDefinition] = {}
+        self.owners: dict[str, str] = {}
+        self.problems: list[tuple[str, str]] = []  # (plugin, message)
+        self._listing: list[Any] | None = None
+
+    def registrar_for(self, plugin: str) -> ToolRegistrar:
+        def register(tool: ToolDefinition) -> None:
+            problem = tool.validate_shape()
+            if problem is None and tool.name in self._tools:
+                problem = f"tool {tool.name!r} is already provided by {self.owners[tool.name]}; dropped"
+            if problem is not None:
+                self.problems.append((plugin, problem))
+                return
+            self._tools[tool.name] = tool
+            self.owners[tool.name] = plugin
+            self._listing = None
+
+        return register
+
+    def get(self, name: str) -> ToolDefinition | None:
+        return self._tools.get(name)
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def mcp_tools(self) -> list[Any]:
+        """The ``tools/list`` answer, built once."""
+        if self._listing is None:
+            import mcp_types as types
+
+            self._listing = [_to_mcp(tool, types) for tool in sorted(self._tools.values(), key=lambda t: t.name)]
+        return self._listing
+
+
+def output_schema(tool: ToolDefinition) -> dict[str, Any]:
+    schema = tool.result.model_json_schema()
+    if tool.side_effects:
+        schema = dict(schema)
+        schema["properties"] = {**schema.get("properties", {}), **OPERATION_OUTPUT_FIELDS}
+        schema["required"] = [*schema.get("required", []), *OPERATION_OUTPUT_FIELDS]
+    return schema
+
+
+def _to_mcp(tool: ToolDefinition, types: Any) -> Any:
+    return types.Tool(
+        name=tool.name,
+        title=tool.title,
+        description=tool.description,
+        input_schema=tool.arguments.model_json_schema(),
+        output_schema=output_schema(tool),
+        annotations=types.ToolAnnotations(
+            title=tool.title,
+            read_only_hint=tool.read_only,
+            destructive_hint=tool.destructive if not tool.read_only else False,
+            idempotent_hint=tool.idempotent or tool.read_only,
+            open_world_hint=tool.open_world,
+        ),
+    )

@@ -1,0 +1,94 @@
+"""get_operation and list_operations: what the operation store knows."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..contract import ToolError
+from ..plugins import hookimpl
+from ..store import OperationRecord
+from ..tooling import ToolCall, ToolDefinition, ToolRegistrar
+
+StatusFilter = Literal["running", "succeeded", "failed", "refused", "interrupted", "cancelled"]
+
+
+class GetOperationArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    operation_id: str = Field(min_length=1, max_length=200, description="The id a side-effecting call returned.")
+
+
+class OperationView(BaseModel):
+    operation_id: str
+    tool: str
+    status: StatusFilter
+    arguments: str | None = Field(description="Arguments as JSON, shortened.")
+    result: dict[str, Any] | None = Field(description="Stored structured result or error.")
+    error: str | None
+    rule: str | None = Field(description="Policy rule that refused the call.")
+    client: str | None
+    created_at: float = Field(description="Unix time.")
+    finished_at: float | None
+
+
+class ListOperationsArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    limit: int = Field(default=20, ge=1, le=500, description="Most records to return, newest first.")
+    status: StatusFilter | None = Field(default=None, description="Only records with this status.")
+    tool: str | None = Field(default=None, description="Only records of this tool.")
+    before: float | None = Field(default=None, description="Only records created before this Unix time (paging).")
+
+
+class OperationSummary(BaseModel):
+    operation_id: str
+    tool: str
+    status: StatusFilter
+    rule: str | None
+    error: str | None
+    created_at: float
+    finished_at: float | None
+
+
+class ListOperationsResult(BaseModel):
+    operations: list[OperationSummary]
+    next_before: float | None = Field(description="Pass as 'before' for the next page; null at the end.")
+
+
+def view(record: OperationRecord) -> OperationView:
+    return OperationView(**record.model_dump(include=set(OperationView.model_fields)))
+
+
+async def get_operation(call: ToolCall, args: GetOperationArgs) -> OperationView:
+    record = await call.store.get(args.operation_id)
+    if record is None:
+        raise ToolError(
+            f"no operation {args.operation_id!r} is recorded (it may have been pruned by retention); "
+            "list_operations shows what is kept",
+            code="not_found",
+        )
+    return view(record)
+
+
+async def list_operations(call: ToolCall, args: ListOperationsArgs) -> ListOperationsResult:
+    records = await call.store.list(limit=args.limit, status=args.status, tool=args.tool, before=args.before)
+    summaries = [OperationSummary(**r.model_dump(include=set(OperationSummary.model_fields))) for r in records]
+    next_before = records[-1].created_at if len(records) == args.limit else None
+    return ListOperationsResult(operations=summaries, next_before=next_before)
+
+
+@hookimpl
+def codespace_register_tools(register: ToolRegistrar) -> None:
+    register(ToolDefinition(
+        name="get_operation",
+        description="Look up one operation by id: its tool, status (running, succeeded, failed, refused, "
+        "interrupted, cancelled), stored result or error, and the policy rule if it was refused. Use it after a "
+        "lost connection to learn whether a side-effecting call ran.",
+        arguments=GetOperationArgs, result=OperationView, handler=get_operation, read_only=True,
+    ))
+    register(ToolDefinition(
+        name="list_operations",
+        description="List recorded operations, newest first, optionally filtered by status or tool; page with "
+        "'before'. Refusals of any tool are recorded too.",
+        arguments=ListOperationsArgs, result=ListOperationsResult, handler=list_operations, read_only=True,
+    ))

@@ -1,0 +1,89 @@
+"""workspace_info: roots, effective policy, plugins, sandbox engine, limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import __version__, kernel
+from ..plugins import hookimpl
+from ..tooling import ToolCall, ToolDefinition, ToolRegistrar
+
+PROTOCOLS = {"sandbox_handshake": 1, "worker_socket": 5}
+
+
+class WorkspaceInfoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PathRuleView(BaseModel):
+    path: str
+    access: str
+    source: str
+
+
+class WorkspaceInfo(BaseModel):
+    server: dict[str, Any] = Field(description="CodeSpace version and protocol versions.")
+    root: str = Field(description="Workspace root; relative paths resolve against it.")
+    writable_roots: list[str]
+    path_rules: list[PathRuleView] = Field(description="Most specific entry wins; ties go to the more restrictive.")
+    protected: list[str] = Field(description="Read-only inside writable roots (names at any depth, '/x' anchored).")
+    symlinks: str
+    network: dict[str, Any]
+    sandbox: dict[str, Any] = Field(description="Policy mode, engine in use, Landlock ABI, what cannot be enforced.")
+    commands: dict[str, Any]
+    env: dict[str, Any]
+    limits: dict[str, Any]
+    plugins: list[dict[str, Any]]
+    backends: dict[str, str | None] = Field(description="Which plugin serves each backend (null: none installed).")
+
+
+def _sandbox_section(call: ToolCall) -> dict[str, Any]:
+    policy = call.workspace.policy.sandbox
+    section: dict[str, Any] = {"mode": policy.mode, "engine_preference": policy.engine}
+    landlock = kernel.landlock_abi()
+    section["landlock_abi"] = landlock.value
+    backend = call.backends.sandbox()
+    if backend is None:
+        section.update(engine=None, available=False, detail="no sandbox plugin is installed (codespace-linux-sandbox)")
+    else:
+        section.update(backend.info().model_dump())
+    return section
+
+
+async def workspace_info(call: ToolCall, args: WorkspaceInfoArgs) -> WorkspaceInfo:
+    ws = call.workspace
+    policy = ws.policy
+    return WorkspaceInfo(
+        server={"name": "codespace", "version": __version__, "protocols": PROTOCOLS},
+        root=str(ws.root),
+        writable_roots=ws.paths.writable_roots(),
+        path_rules=[PathRuleView(path=r.path, access=r.access, source=r.source) for r in ws.paths.rules],
+        protected=policy.filesystem.all_protected(),
+        symlinks=policy.filesystem.symlinks,
+        network=policy.network.model_dump(),
+        sandbox=_sandbox_section(call),
+        commands={
+            "default": policy.commands.default,
+            "shell": policy.commands.shell,
+            "opaque_shell": policy.commands.opaque_shell,
+            "rules": [r.model_dump() for r in policy.commands.rules],
+        },
+        env={"inherit": policy.env.inherit, "exclude": policy.env.exclude, "set": sorted(policy.env.set),
+             "include_only": policy.env.include_only, "ignore_default_excludes": policy.env.ignore_default_excludes},
+        limits=policy.limits.model_dump(),
+        plugins=[p.as_dict() for p in call.plugins.listing()],
+        backends=call.backends.providers(),
+    )
+
+
+@hookimpl
+def codespace_register_tools(register: ToolRegistrar) -> None:
+    register(ToolDefinition(
+        name="workspace_info",
+        description="Describe this workspace: its root (relative paths resolve against it), which paths are "
+        "readable or writable and why, protected paths, network and sandbox settings (engine, Landlock ABI, what "
+        "cannot be enforced), command rules, limits, and the plugins serving each backend. Call it first.",
+        arguments=WorkspaceInfoArgs, result=WorkspaceInfo, handler=workspace_info, read_only=True,
+    ))

@@ -1,0 +1,1 @@
+"""MCP transports: stdio (default) and loopback streamable HTTP."""

@@ -1,0 +1,144 @@
+"""Streamable HTTP on loopback, behind a bearer token, with Host/Origin checks on.
+
+The token is required on every request (a loopback port is reachable by every
+local user and by any web page through DNS rebinding); it comes from
+``--token-file`` or ``CODESPACE_HTTP_TOKEN``, or is generated once into a 0600
+file in the state directory and reused across restarts.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import secrets
+import socket
+from pathlib import Path
+from typing import Any
+
+from mcp.server.transport_security import TransportSecuritySettings
+
+from ..app import App
+from ..server import build_server
+from ..workspace import WorkspaceError
+
+log = logging.getLogger(__name__)
+
+TOKEN_FILE = "http-token"
+ENV_TOKEN = "CODESPACE_HTTP_TOKEN"
+MCP_PATH = "/mcp"
+
+
+class HttpConfigError(WorkspaceError):
+    """The HTTP transport cannot start as configured."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_or_create_token(state_dir: Path, token_file: Path | None, env: dict[str, str] | os._Environ[str]) -> tuple[str, Path | None]:
+    """The bearer token, and the file it lives in (None when it came from the environment)."""
+    if token_file is not None:
+        token = token_file.read_text().strip()
+        if len(token) < 16:
+            raise HttpConfigError(f"token file {token_file} holds fewer than 16 characters; use a longer secret")
+        return token, token_file
+    if env.get(ENV_TOKEN):
+        return env[ENV_TOKEN], None
+    path = state_dir / TOKEN_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        token = path.read_text().strip()
+        if token:
+            return token, path
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token, path
+
+
+class BearerTokenGate:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: Any, token: str, where: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+        self._where = where
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            supplied = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(supplied, self._expected):
+                body = json.dumps({
+                    "error": "unauthorized",
+                    "message": f"missing or wrong bearer token; send 'Authorization: Bearer <token>' with the token {self._where}",
+                }).encode()
+                await send({
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"www-authenticate", b'Bearer realm="codespace"'),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                })
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    if not is_loopback(host):
+        raise HttpConfigError(
+            f"refusing to listen on {host}: the HTTP transport serves loopback only (127.0.0.1, ::1, localhost); "
+            "put an authenticating reverse proxy in front for remote access"
+        )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(False)
+    return sock
+
+
+def asgi_app(app: App, port: int, token: str, where: str) -> Any:
+    server = build_server(app, transport="http")
+    hosts = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts],
+    )
+    limit = app.workspace.limits.max_argument_bytes
+    starlette_app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        transport_security=security,
+        # Leave room for the JSON-RPC envelope, so an oversized argument reaches the
+        # gateway and gets a refusal that names the rule instead of a bare 413.
+        max_request_body_size=limit * 2 + 65536,
+    )
+    return BearerTokenGate(starlette_app, token, where)
+
+
+async def serve_http(app: App, sock: socket.socket, token: str, where: str) -> None:
+    import uvicorn
+
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        asgi_app(app, port, token, where), log_level="warning", lifespan="on", access_log=False, ws="none"
+    )
+    host = sock.getsockname()[0]
+    shown = f"[{host}]" if ":" in host else host
+    log.warning("CodeSpace listening on http://%s:%d%s (bearer token %s)", shown, port, MCP_PATH, where)
+    await uvicorn.Server(config).serve(sockets=[sock])

@@ -1,0 +1,110 @@
+"""A workspace: its root, its policy resolved into rules, and its state directory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .policy import CommandRules, PathRule, PathRules, Policy, PolicyError, load_policy
+from .policy.paths import split_parts
+
+POLICY_FILE_IN_WORKSPACE = Path(".codespace") / "policy.toml"
+
+
+class WorkspaceError(Exception):
+    """The workspace cannot be served as configured; the message says how to fix it."""
+
+
+def default_state_root() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "codespace"
+
+
+def default_state_dir(root: Path) -> Path:
+    digest = hashlib.sha256(os.fsencode(root)).hexdigest()[:12]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", root.name or "root")[:40]
+    return default_state_root() / "workspaces" / f"{name}-{digest}"
+
+
+def _gitdir_of(root: Path) -> Path | None:
+    """The directory a ``.git`` file points at (worktrees, submodules), which must be
+    protected as much as a ``.git`` directory."""
+    dotgit = root / ".git"
+    try:
+        if not dotgit.is_file() or dotgit.is_symlink():
+            return None
+        text = dotgit.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("gitdir:"):
+            target = line[len("gitdir:"):].strip()
+            return Path(os.path.normpath(root / target))
+    return None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    policy: Policy
+    policy_path: Path | None
+    state_dir: Path
+    paths: PathRules = field(repr=False)
+    commands: CommandRules = field(repr=False)
+
+    @classmethod
+    def open(
+        cls,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        policy_path: str | os.PathLike[str] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> Workspace:
+        root_path = Path(os.path.realpath(root if root is not None else os.getcwd()))
+        if not root_path.is_dir():
+            raise WorkspaceError(f"workspace {root_path} is not a directory; pass --workspace DIR")
+        if policy_path is None and (root_path / POLICY_FILE_IN_WORKSPACE).is_file():
+            policy_path = root_path / POLICY_FILE_IN_WORKSPACE
+        resolved_policy = Path(os.path.realpath(policy_path)) if policy_path is not None else None
+        try:
+            policy = load_policy(resolved_policy)
+        except PolicyError as exc:
+            raise WorkspaceError(str(exc)) from exc
+
+        chosen = state_dir or os.environ.get("CODESPACE_STATE_DIR") or policy.store.state_dir
+        state = Path(os.path.realpath(os.path.expanduser(chosen))) if chosen else default_state_dir(root_path)
+        if root_path == state or root_path.is_relative_to(state):
+            raise WorkspaceError(
+                f"state directory {state} contains the workspace {root_path}; choose a directory outside it "
+                "(--state-dir, CODESPACE_STATE_DIR or store.state_dir in the policy)"
+            )
+
+        extra = [PathRule(split_parts(str(state)), "none", "CodeSpace state directory")]
+        if resolved_policy is not None:
+            extra.append(PathRule(split_parts(str(resolved_policy)), "read", "CodeSpace policy file"))
+        gitdir = _gitdir_of(root_path)
+        if gitdir is not None:
+            extra.append(PathRule(split_parts(str(gitdir)), "read", "filesystem.protected (gitdir of .git)"))
+        rules = PathRules.build(policy.filesystem, root_path, os.path.expanduser("~"), extra)
+        if rules.access(str(state)) != "none":  # pragma: no cover - the rule above guarantees it
+            raise WorkspaceError(f"state directory {state} would be reachable by the agent")
+        return cls(
+            root=root_path,
+            policy=policy,
+            policy_path=resolved_policy,
+            state_dir=state,
+            paths=rules,
+            commands=CommandRules(policy.commands),
+        )
+
+    @property
+    def limits(self):  # noqa: ANN201 - the Limits model
+        return self.policy.limits
+
+    def ensure_state_dir(self) -> Path:
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.state_dir, 0o700)
+        return self.state_dir

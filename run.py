@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Bootstrap and run CodeSpace from a checkout, with nothing but python3.
+
+    python3 run.py serve [codespace serve options]   # serve the current directory over stdio
+    python3 run.py test  [pytest options]            # the whole test suite (core, then each plugin)
+    python3 run.py codespace <command> ...           # any other codespace command
+
+The first run creates ``.venv`` next to this file and installs the core and every
+plugin under ``plugins/`` into it (editable); later runs reuse it until a
+``pyproject.toml`` changes. Everything the bootstrap prints goes to stderr, so
+``serve`` keeps stdout clean for the MCP protocol.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("CODESPACE_VENV", REPO / ".venv"))
+STAMP = VENV / ".codespace-installed"
+
+
+def plugin_dirs() -> list[Path]:
+    return sorted(p.parent for p in (REPO / "plugins").glob("*/pyproject.toml"))
+
+
+def _fingerprint() -> str:
+    digest = hashlib.sha256()
+    for path in [REPO / "pyproject.toml", *(p / "pyproject.toml" for p in plugin_dirs())]:
+        digest.update(str(path).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _python() -> Path:
+    return VENV / "bin" / "python"
+
+
+def _to_stderr(cmd: list[str]) -> None:
+    subprocess.run(cmd, check=True, stdout=sys.stderr, stderr=sys.stderr)
+
+
+def ensure_venv() -> Path:
+    fingerprint = _fingerprint()
+    if STAMP.exists() and STAMP.read_text() == fingerprint and _python().exists():
+        return _python()
+    print(f"run.py: preparing {VENV} (first run or a pyproject.toml changed)...", file=sys.stderr)
+    if not _python().exists():
+        _to_stderr([sys.executable, "-m", "venv", str(VENV)])
+    pip = [str(_python()), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
+    targets = ["-e", f"{REPO}[test]"]
+    for plugin in plugin_dirs():
+        targets += ["-e", str(plugin)]
+    _to_stderr([*pip, *targets])
+    STAMP.write_text(fingerprint)
+    return _python()
+
+
+def run_tests(python: Path, extra: list[str]) -> int:
+    """Core tests, then each plugin's own tests; fail on any failure or on 'no tests ran'."""
+    suites = [REPO / "tests", *(p / "tests" for p in plugin_dirs() if (p / "tests").is_dir())]
+    failed = []
+    for suite in suites:
+        print(f"run.py: pytest {suite.relative_to(REPO)}", file=sys.stderr)
+        code = subprocess.run([str(python), "-m", "pytest", str(suite), *extra], cwd=suite.parent).returncode
+        if code != 0:  # exit 5 (no tests collected) is a failure too
+            failed.append(f"{suite.relative_to(REPO)} (pytest exit {code})")
+    if failed:
+        print("run.py: FAILED: " + ", ".join(failed), file=sys.stderr)
+        return 1
+    print(f"run.py: all {len(suites)} suites passed", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, rest = argv[0], argv[1:]
+    python = ensure_venv()
+    if command == "test":
+        return run_tests(python, rest)
+    if command == "serve":
+        args = ["serve", *rest]
+    elif command == "codespace":
+        args = rest
+    else:
+        print(f"run.py: unknown command {command!r}; use serve, test or codespace", file=sys.stderr)
+        return 2
+    codespace = VENV / "bin" / "codespace"
+    os.execv(codespace, [str(codespace), *args])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

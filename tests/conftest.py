@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from codespace.testing import MODES, build_app
+
+TESTS = Path(__file__).parent
+EXAMPLE_PLUGINS = TESTS / "plugins"
+REPO = TESTS.parent
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """Every in-process MCP test runs in both client modes."""
+    return request.param
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def example_plugins(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Make the test plugins under tests/plugins discoverable as entry points."""
+    monkeypatch.syspath_prepend(str(EXAMPLE_PLUGINS))
+    return EXAMPLE_PLUGINS
+
+
+@pytest.fixture
+def app_factory(ws: Path, state: Path, example_plugins: Path):
+    def make(policy: str | None = None, plugins: tuple[str, ...] = ("example",)):
+        return build_app(ws, state_dir=state, policy=policy, plugins=plugins)
+
+    return make
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for a server subprocess that sees the test plugins."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLE_PLUGINS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.update(extra)
+    return env
+
+
+def codespace_cmd() -> list[str]:
+    return [sys.executable, "-m", "codespace"]
