@@ -70,7 +70,7 @@ class App:
             if self.recovered:
                 log.warning("%d operation(s) of a stopped server marked interrupted", len(self.recovered))
                 reaper.reap(self.recovered)
-            self.plugins.startup(self.workspace)
+            self.plugins.startup(self.workspace, self.backends)
             async with self.processes.running():
                 yield self
         finally:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from .backends import Backends
     from .contract import FileSystem, Patcher, Sandbox, Terminal
     from .doctor import Check
     from .tooling import ToolRegistrar
@@ -33,7 +34,7 @@ hookspec = pluggy.HookspecMarker("codespace")
 
 
 @hookspec
-def codespace_startup(workspace: Workspace) -> None:
+def codespace_startup(workspace: Workspace, backends: Backends) -> None:
     """Prepare the plugin for serving ``workspace``; recover from an earlier crash.
 
     Called once when a server starts on a workspace, after the operation store has
@@ -43,6 +44,8 @@ def codespace_startup(workspace: Workspace) -> None:
     readiness waits for it.
 
     :param workspace: The workspace about to be served.
+    :param backends: The workspace's backends (:class:`codespace.backends.Backends`),
+        e.g. the file system to roll a half-applied change back through.
 
     .. note:: An exception raised here is reported and disables nothing else; the
        plugin's backends are still offered.

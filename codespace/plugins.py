@@ -27,6 +27,7 @@ import pluggy
 from . import hookspecs
 
 if TYPE_CHECKING:
+    from .backends import Backends
     from .contract import FileSystem, Patcher, Sandbox, Terminal
     from .doctor import Check
     from .tooling import ToolRegistry
@@ -206,9 +207,14 @@ class Plugins:
     # -- calling ---------------------------------------------------------------
 
     def _impls(self, hook_name: str) -> list[tuple[str, Callable[..., Any]]]:
+        """(plugin, call) pairs in pluggy's order (most recently registered first); each
+        call passes an implementation only the arguments it declares, as pluggy does."""
         caller = getattr(self.pm.hook, hook_name)
-        # pluggy calls the most recently registered implementation first.
-        return [(impl.plugin_name, impl.function) for impl in reversed(caller.get_hookimpls())]
+
+        def bind(impl: Any) -> Callable[..., Any]:
+            return lambda **kwargs: impl.function(**{name: kwargs[name] for name in impl.argnames})
+
+        return [(impl.plugin_name, bind(impl)) for impl in reversed(caller.get_hookimpls())]
 
     def _hook_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
         info = self.infos.get(plugin)
@@ -254,10 +260,10 @@ class Plugins:
                 info.error = problem
             log.error("plugin %s: %s", plugin, problem)
 
-    def startup(self, workspace: Workspace) -> None:
+    def startup(self, workspace: Workspace, backends: Backends) -> None:
         for plugin, fn in self._impls("codespace_startup"):
             try:
-                fn(workspace=workspace)
+                fn(workspace=workspace, backends=backends)
             except Exception as exc:
                 self._hook_failed(plugin, "codespace_startup", exc)
 

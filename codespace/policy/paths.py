@@ -143,7 +143,9 @@ class PathRules:
                 return "/" + "/".join(anchored)
         return None
 
-    def _check_one(self, path: str, need: Need) -> Refusal | None:
+    def check_exact(self, path: str, need: Need) -> Refusal | None:
+        """Check ``path`` exactly as given (no link resolution): for a backend that has already
+        resolved the object it reached, e.g. from ``/proc/self/fd``."""
         rule = self.match(path)
         if rule is None:
             return Refusal(
@@ -166,7 +168,7 @@ class PathRules:
 
     def check(self, path: str, need: Need) -> Refusal | None:
         """Check ``path`` as written and as its existing prefix resolves."""
-        refusal = self._check_one(path, need)
+        refusal = self.check_exact(path, need)
         if refusal is not None:
             return _with_hint(refusal, need)
         try:
@@ -174,7 +176,7 @@ class PathRules:
         except (OSError, ValueError):
             return None
         if real != path:
-            refusal = self._check_one(real, need)
+            refusal = self.check_exact(real, need)
             if refusal is not None:
                 return _with_hint(
                     Refusal(refusal.rule, f"{path} resolves through a symbolic link to {real}: {refusal.message}"),
