@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from .contract import BackendMissing, ToolError
+from .contract import BackendMissing, Refused, ToolError
 from .policy import Refusal, normalize, validate_agent_path
 from .store import OperationRecord
 from .tooling import Needs, ProgressFn, ToolCall, ToolDefinition
@@ -179,8 +179,8 @@ class Gateway:
             event.set()
 
     async def _wait_finished(self, record: OperationRecord) -> OperationRecord:
-        if record.status != "running":
-            return record
+        if record.status != "running" or record.result is not None:
+            return record  # finished, or detached with an interim result to re-attach by
         event = self._inflight.get(record.operation_id)
         if event is not None:
             await event.wait()
@@ -193,11 +193,13 @@ class Gateway:
         return await self.store.get(record.operation_id) or record
 
     def _replay(self, tool: ToolDefinition, record: OperationRecord) -> Outcome:
-        if record.status == "succeeded" and record.result is not None:
+        # A detached operation (a command still running) replays its interim result,
+        # which says how to re-attach.
+        if record.result is not None and record.status in ("succeeded", "running") and "error" not in record.result:
             structured = {**record.result, "replayed": True}
             try:
-                model = tool.result.model_validate({k: v for k, v in record.result.items() if k not in ("operation_id", "replayed")})
-                text = tool.render_text(model, structured)
+                fields = {k: v for k, v in record.result.items() if k not in ("operation_id", "replayed")}
+                text = tool.render_text(tool.result.model_validate(fields), structured)
             except ValidationError:
                 text = json.dumps(structured, ensure_ascii=False)
             return Outcome(False, text, structured)
@@ -252,7 +254,10 @@ class Gateway:
     def _check(self, tool: ToolDefinition, args: BaseModel, call: ToolCall, static: Needs) -> None:
         needs = static
         if tool.needs is not None:
-            dynamic = tool.needs(args, call)
+            try:
+                dynamic = tool.needs(args, call)
+            except Refused as refused:
+                raise _Refused(Refusal(refused.rule, refused.message)) from None
             needs = Needs(
                 read=[*static.read, *(self._normalize(p) for p in dynamic.read)],
                 write=[*static.write, *(self._normalize(p) for p in dynamic.write)],
@@ -313,6 +318,11 @@ class Gateway:
             if operation_id is not None:
                 await self.store.forget(operation_id)
             return _error(exc.code, exc.message, exc.details)
+        except Refused as refused:
+            refusal = Refusal(refused.rule, refused.message)
+            if operation_id is None:
+                return await self._record_refusal(tool, None, refusal, {}, call.client)
+            return await self._finish_refused(tool, operation_id, refusal)
         except ToolError as exc:
             outcome = _error(exc.code, exc.message, exc.details, operation_id)
             if operation_id is not None:
@@ -333,7 +343,10 @@ class Gateway:
         if operation_id is not None:
             structured["operation_id"] = operation_id
             structured["replayed"] = False
-            await self.store.finish(operation_id, "succeeded", result=structured)
+            if call.detached:
+                await self.store.set_interim(operation_id, structured)
+            else:
+                await self.store.finish(operation_id, "succeeded", result=structured)
         return Outcome(False, tool.render_text(result, structured), structured)
 
 

@@ -48,6 +48,7 @@ BUILTIN_PLUGINS = (
     "codespace.tools.operations",
     "codespace.tools.files",
     "codespace.tools.patch",
+    "codespace.tools.commands",
 )
 
 _UPSTREAM_URL = re.compile(r"^https://github\.com/(?P<project>[^/]+/[^/]+)/tree/(?P<release>[^/\s]+)")

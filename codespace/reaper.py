@@ -6,22 +6,10 @@ import logging
 import os
 import signal
 
+from .processes.kill import kill_session, members
 from .store import OperationRecord, proc_start_ticks
 
 log = logging.getLogger(__name__)
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.getpgid(int(entry)) == pgid:
-                members.append(int(entry))
-        except OSError:
-            continue
-    return members
 
 
 def group_is_ours(pgid: int, leader_start: int | None) -> bool:
@@ -35,23 +23,19 @@ def group_is_ours(pgid: int, leader_start: int | None) -> bool:
     leader_now = proc_start_ticks(pgid)
     if leader_now is not None:
         return leader_start is None or leader_now == leader_start
-    return bool(_group_members(pgid))
+    return bool(members(pgid))
 
 
 def reap(records: list[OperationRecord]) -> list[int]:
-    """SIGKILL every recorded group that still exists and is ours; return those killed."""
+    """SIGKILL every recorded group (and its session) that still exists and is ours;
+    return the groups killed."""
     killed = []
     for record in records:
         if record.pgid is None or record.pgid <= 1 or record.pgid == os.getpgid(0):
             continue
         if not group_is_ours(record.pgid, record.pgid_start):
             continue
-        try:
-            os.killpg(record.pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
-        except PermissionError as exc:
-            log.warning("cannot reap process group %s of operation %s: %s", record.pgid, record.operation_id, exc)
+        if not kill_session(record.pgid, signal.SIGKILL):
             continue
         log.warning("reaped process group %s left by interrupted operation %s", record.pgid, record.operation_id)
         killed.append(record.pgid)

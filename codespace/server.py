@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import mcp_types as types
 from mcp.server import Server
 
@@ -38,28 +37,22 @@ def _client_name(ctx: Any) -> str | None:
 
 
 def build_server(app: App, *, transport: str = "memory") -> Server[App]:
-    entered = 0
-    lock = anyio.Lock()
-    stack: list[Any] = []
+    active = False
 
     @asynccontextmanager
     async def lifespan(_: Server[App]) -> AsyncIterator[App]:
-        # Each in-process legacy connection enters the lifespan; the App runs once.
-        nonlocal entered
-        async with lock:
-            if entered == 0:
-                cm = app.running()
-                await cm.__aenter__()
-                stack.append(cm)
-            entered += 1
-        try:
+        # stdio and HTTP enter the lifespan once; in-process legacy connections enter it
+        # per connection, and a nested connection shares the App its first one runs.
+        nonlocal active
+        if active:
             yield app
+            return
+        active = True
+        try:
+            async with app.running():
+                yield app
         finally:
-            with anyio.CancelScope(shield=True):
-                async with lock:
-                    entered -= 1
-                    if entered == 0:
-                        await stack.pop().__aexit__(None, None, None)
+            active = False
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=app.registry.mcp_tools())

@@ -69,6 +69,13 @@ class ToolCall:
     operation_id: str | None
     client: str | None
     _progress: ProgressFn | None = None
+    detached: bool = False
+
+    def detach(self) -> None:
+        """Leave the operation ``running`` after the handler returns: the work goes on
+        (a command still running) and its owner finishes the record later. The
+        handler's result is stored as the interim result a replay returns."""
+        self.detached = True
 
     async def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Report progress to the client if it asked for it (a no-op otherwise)."""

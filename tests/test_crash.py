@@ -108,3 +108,28 @@ async def test_restart_reaps_process_groups_left_behind(ws, state):
     finally:
         if _alive(orphan):
             os.kill(orphan, signal.SIGKILL)
+
+
+async def test_restart_reaps_live_command_sessions(ws, state):
+    """A server killed with sessions running: its child dies with it (parent-death
+    signal), grandchildren ignoring SIGTERM are reaped at the next start."""
+    script = "trap '' TERM; (trap '' TERM; exec -a cs-orphan sleep 1000) & echo $! > grandchild; sleep 1000"
+    async with Client(stdio_params(ws, state)) as client:
+        started = await call_ok(client, "exec", {"command": script, "yield_ms": 300, "operation_id": "live-1"})
+        assert started["running"]
+        (pid,) = _server_pids(state)
+        os.kill(pid, signal.SIGKILL)
+    grandchild = int((ws / "grandchild").read_text())
+    time.sleep(0.3)
+    assert _alive(grandchild), "the grandchild should survive the killed server until the restart"
+    try:
+        async with Client(stdio_params(ws, state)) as client:
+            record = await call_ok(client, "get_operation", {"operation_id": "live-1"})
+            assert record["status"] == "interrupted"
+            with anyio.fail_after(5):
+                while _alive(grandchild) or _alive(started["pid"]):
+                    await anyio.sleep(0.02)
+    finally:
+        for leftover in (grandchild, started["pid"]):
+            if _alive(leftover):
+                os.kill(leftover, signal.SIGKILL)

@@ -5,7 +5,7 @@ mechanism needs.
 """
 
 from .commands import CommandSpec, Terminal, TerminalProcess
-from .errors import BackendMissing, FsError, ToolError
+from .errors import BackendMissing, FsError, Refused, ToolError
 from .files import (
     DirEntry,
     EntryError,
@@ -55,6 +55,7 @@ __all__ = [
     "PatchTarget",
     "Patcher",
     "ReadFileRequest",
+    "Refused",
     "ReadFileResult",
     "RemoveRequest",
     "RemoveResult",

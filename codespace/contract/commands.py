@@ -24,10 +24,16 @@ class CommandSpec(BaseModel):
     rows: int = 24
     cols: int = 80
     interactive: bool = Field(default=False, description="Keep stdin open for write_stdin; else /dev/null.")
-    inherit: dict[int, bytes] = Field(
+    inherit: dict[str, bytes] = Field(
         default_factory=dict,
-        description="Payloads the child reads from these inherited descriptor numbers "
-        "(the sandbox handshake travels this way, never on argv or stdin).",
+        description="Named payloads the child reads from inherited pipes (the sandbox handshake travels "
+        "this way, never on argv or stdin). The spawner tells the child each pipe's descriptor number in "
+        "the environment variable CODESPACE_FD_<NAME> (name upper-cased).",
+    )
+    pass_fds: list[int] = Field(
+        default_factory=list,
+        description="Set by the host, not by plugins: descriptors (already open in the server) the child "
+        "inherits, e.g. the pipes carrying ``inherit`` payloads. A Terminal backend passes them through.",
     )
 
 

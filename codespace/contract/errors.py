@@ -83,6 +83,17 @@ def _code_for(errno: int | None) -> str:
     return _CODES.get(errno or -1, "fs_error")
 
 
+class Refused(ToolError):
+    """A policy refusal found while preparing a call (e.g. a sandbox the policy requires
+    is not available). The gateway records it as ``refused`` with ``rule``."""
+
+    code = "refused"
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message, details={"rule": rule})
+        self.rule = rule
+
+
 class BackendMissing(ToolError):
     """No plugin provides the backend a tool needs."""
 

@@ -1,15 +1,66 @@
-"""The registry of running command sessions (filled in by the exec issue)."""
+"""The registry of command sessions the server started.
+
+Sessions belong to the server, not to the MCP request or the client connection
+that started them: they run in the registry's own task group, so a client can
+disconnect and re-attach by id. Each is tied to its operation record (the process
+group is recorded for crash recovery; the record is finished when the command
+ends). At most ``limits.max_sessions`` exist; when full, the eight most recently
+used are protected and the least recently used finished session (else running
+one) is evicted.
+"""
 
 from __future__ import annotations
 
+import logging
+import secrets
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..contract import CommandSpec, ToolError
+from ..store import proc_start_ticks
+from .buffer import OutputBuffer
+from .kill import kill_session
+from .session import Session
+from .spawn import PipeProcess, close_parent_copies, feed_payloads, prepare_inherited
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
     from ..backends import Backends
     from ..store import OperationStore
     from ..workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+PROTECTED_RECENT = 8
+SHUTDOWN_GRACE_S = 1.0
+
+
+class _TerminalAdapter:
+    """A Terminal backend's process seen through the registry's ProcessHandle."""
+
+    def __init__(self, terminal_process: Any) -> None:
+        self._tp = terminal_process
+        self.pid = terminal_process.pid
+
+    async def write(self, data: bytes) -> None:
+        await self._tp.write(data)
+
+    def resize(self, rows: int, cols: int) -> None:
+        self._tp.resize(rows, cols)
+
+    def signal_group(self, signum: int) -> None:
+        self._tp.signal_group(signum)
+
+    async def wait(self) -> int:
+        return await self._tp.wait()
+
+    def close(self) -> None:
+        self._tp.close()
 
 
 class ProcessRegistry:
@@ -17,7 +68,143 @@ class ProcessRegistry:
         self.workspace = workspace
         self.backends = backends
         self.store = store
+        self._sessions: dict[str, Session] = {}
+        self._tg: TaskGroup | None = None
+        self._counter = 0
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[ProcessRegistry]:
-        yield self
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                yield self
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.shutdown()
+                self._tg = None
+                tg.cancel_scope.cancel()
+
+    async def shutdown(self) -> None:
+        """Terminate every session (clean server stop)."""
+        live = [s for s in self._sessions.values() if not s.finished.is_set()]
+        for session in live:
+            session.terminated_by = "shutdown"
+        async with anyio.create_task_group() as tg:
+            for session in live:
+                tg.start_soon(session.terminate, signal.SIGTERM, SHUTDOWN_GRACE_S)
+        for session in self._sessions.values():
+            try:
+                kill_session(session.pid, signal.SIGKILL)  # leftovers of sessions whose leader already exited
+            except ValueError:
+                pass
+
+    # -- sessions ----------------------------------------------------------------
+
+    def get(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            known = ", ".join(self._sessions) or "none"
+            raise ToolError(
+                f"no session {session_id!r} (it finished and was evicted, or the server restarted); "
+                f"live sessions: {known}. list_sessions shows them.",
+                code="no_session",
+            )
+        session.touch()
+        return session
+
+    def sessions(self) -> list[Session]:
+        return sorted(self._sessions.values(), key=lambda s: s.started)
+
+    def forget(self, session: Session) -> None:
+        """Drop a finished session whose output has been fully delivered."""
+        if session.finished.is_set():
+            self._sessions.pop(session.id, None)
+
+    async def _make_room(self) -> None:
+        limit = self.workspace.limits.max_sessions
+        while len(self._sessions) >= limit:
+            by_use = sorted(self._sessions.values(), key=lambda s: s.last_used)
+            protected = min(PROTECTED_RECENT, max(0, limit - 1))
+            candidates = by_use[: len(by_use) - protected]
+            victim = next((s for s in candidates if s.finished.is_set()), None) or (candidates[0] if candidates else None)
+            if victim is None:
+                raise ToolError(f"all {limit} sessions are in use; terminate one first", code="too_many_sessions")
+            log.info("evicting session %s (pid %s)", victim.id, victim.pid)
+            self._sessions.pop(victim.id, None)
+            if not victim.finished.is_set():
+                victim.terminated_by = "evicted"
+                await victim.terminate(signal.SIGKILL, 0)
+
+    async def start(
+        self,
+        spec: CommandSpec,
+        *,
+        operation_id: str | None,
+        timeout_s: float | None,
+        separate_stderr: bool,
+        lossless: bool,
+    ) -> Session:
+        if self._tg is None:
+            raise ToolError("the server is shutting down; no new commands", code="shutting_down")
+        await self._make_room()
+        spec, writers = prepare_inherited(spec)
+        try:
+            if spec.tty:
+                terminal = self.backends.terminal()
+                try:
+                    tp = await terminal.spawn(spec)
+                except OSError as exc:
+                    from .spawn import spawn_error
+
+                    raise spawn_error(exc, spec) from exc
+                process: Any = _TerminalAdapter(tp)
+                readers_src = [tp.read]
+            else:
+                pipe = PipeProcess.spawn(spec)
+                process = pipe
+                readers_src = [lambda: pipe.read("stdout"), lambda: pipe.read("stderr")]
+        finally:
+            close_parent_copies(spec)
+        cap = self.workspace.limits.output_cap_bytes
+        out = OutputBuffer(cap, lossless=lossless)
+        err = OutputBuffer(cap, lossless=lossless) if separate_stderr and not spec.tty else None
+        readers = [(out, readers_src[0])]
+        if len(readers_src) > 1:
+            readers.append((err or out, readers_src[1]))
+        self._counter += 1
+        session = Session(
+            id=f"s{self._counter}-{secrets.token_hex(3)}",
+            process=process,
+            argv=spec.argv,
+            tty=spec.tty,
+            interactive=spec.interactive or spec.tty,
+            operation_id=operation_id,
+            out=out,
+            err=err,
+            readers=readers,
+            timeout_s=timeout_s,
+            on_finish=self._finished,
+        )
+        self._sessions[session.id] = session
+        if operation_id is not None:
+            await self.store.attach_process(operation_id, session.pid, proc_start_ticks(session.pid))
+        self._tg.start_soon(session.run)
+        if writers:
+            self._tg.start_soon(feed_payloads, writers)
+        return session
+
+    async def _finished(self, session: Session) -> None:
+        """Close the operation of a session whose exec call returned while it still ran."""
+        if not session.detached or session.operation_id is None:
+            return
+        # The stored result stays what the exec call returned, with its final status:
+        # a replay then says how the command ended.
+        record = await self.store.get(session.operation_id)
+        final = {**((record.result if record else None) or {}), **session.status()}
+        status = "cancelled" if session.terminated_by == "shutdown" else "succeeded"
+        error = "the server shut down; the command was terminated" if status == "cancelled" else None
+        try:
+            await self.store.finish(session.operation_id, status, result=final, error=error)
+        except Exception:  # noqa: BLE001 - the store may already be closing; the record stays for recovery
+            log.exception("cannot record the end of session %s", session.id)
+

@@ -63,6 +63,9 @@ class OperationStore(Protocol):
         rule: str | None = None,
     ) -> None: ...
 
+    async def set_interim(self, operation_id: str, result: dict[str, Any]) -> None:
+        """Store the result a still-running operation returned so far (no-op once finished)."""
+
     async def forget(self, operation_id: str) -> None:
         """Drop a running claim whose call never started executing, freeing the key."""
 

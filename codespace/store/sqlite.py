@@ -183,6 +183,15 @@ class SQLiteStore:
     ) -> None:
         await self._run(self._finish, operation_id, status, result, error, rule)
 
+    def _set_interim(self, operation_id: str, result: dict[str, Any]) -> None:
+        self._db().execute(
+            "UPDATE operations SET result = ? WHERE operation_id = ? AND status = 'running'",
+            (json.dumps(result), operation_id),
+        )
+
+    async def set_interim(self, operation_id: str, result: dict[str, Any]) -> None:
+        await self._run(self._set_interim, operation_id, result)
+
     def _forget(self, operation_id: str) -> None:
         self._db().execute("DELETE FROM operations WHERE operation_id = ? AND status = 'running'", (operation_id,))
 

@@ -1,0 +1,59 @@
+"""Kill everything a command started: its process group and its whole session.
+
+Children are started as session leaders (pid == pgid == sid). Shells with job
+control move jobs into their own process groups, so killing the group alone can
+miss them; every process still in the leader's session is found through /proc
+and killed too. Only a process that calls setsid() itself leaves the session;
+the sandbox's PID namespace is what catches those.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def _stat_ids(pid: int) -> tuple[int, int] | None:
+    """(pgid, sid) of ``pid`` from /proc, or None if it is gone or a zombie (nothing left to kill)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2 :].split()
+    if fields[0] == b"Z":
+        return None
+    return int(fields[2]), int(fields[3])
+
+
+def members(leader: int) -> list[int]:
+    """Live (non-zombie) processes in the process group or session led by ``leader``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        ids = _stat_ids(int(entry))
+        if ids is not None and leader in ids:
+            found.append(int(entry))
+    return found
+
+
+def kill_session(leader: int, signum: int = signal.SIGKILL) -> int:
+    """Signal the group and every session member; returns how many were signalled."""
+    if leader <= 1 or leader == os.getpid():
+        raise ValueError(f"refusing to signal process group {leader}")
+    sent = 0
+    try:
+        os.killpg(leader, signum)
+        sent += 1
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in members(leader):
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, signum)
+            sent += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return sent

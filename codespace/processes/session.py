@@ -1,0 +1,246 @@
+"""One running (or finished) command: its output buffers, cursors, exit and yield logic."""
+
+from __future__ import annotations
+
+import codecs
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+
+from .buffer import OutputBuffer, complete_utf8_prefix
+from .kill import kill_session, members
+
+DRAIN_AFTER_EXIT_S = 2.0  # grandchildren may keep the pipes open after the leader exits
+TIMEOUT_EXIT_CODE = 124
+
+
+class ProcessHandle(Protocol):
+    pid: int
+
+    async def write(self, data: bytes) -> None: ...
+    def resize(self, rows: int, cols: int) -> None: ...
+    def signal_group(self, signum: int) -> None: ...
+    async def wait(self) -> int: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class Taken:
+    """Output handed to a client by one call."""
+
+    text: str
+    start: int
+    end: int
+    dropped: int
+    stderr_text: str | None = None
+    stderr_end: int | None = None
+    stderr_dropped: int = 0
+
+
+def _take(buffer: OutputBuffer, cursor: int, max_bytes: int) -> tuple[str, int, int, int]:
+    """Up to ``max_bytes`` from ``cursor`` across the head/tail gap, as text cut on a
+    character boundary: (text, start, end, bytes dropped)."""
+    parts: list[str] = []
+    start: int | None = None
+    dropped = 0
+    position = cursor
+    while max_bytes > 0:
+        window = buffer.read(position, max_bytes)
+        if not window.data:
+            break
+        keep = complete_utf8_prefix(window.data)
+        if keep == 0:  # one character wider than max_bytes, or the cursor could never move
+            window = buffer.read(position, max_bytes + 3)
+            keep = complete_utf8_prefix(window.data)
+        if buffer.eof and window.end == buffer.total:
+            keep = len(window.data)  # nothing more will come to complete a character
+        if keep == 0:
+            break
+        if window.dropped:
+            parts.append(f"... {window.dropped} bytes omitted ...\n")
+            dropped += window.dropped
+        parts.append(codecs.decode(window.data[:keep], "utf-8", "replace"))
+        start = window.start if start is None else start
+        position = window.start + keep
+        max_bytes -= keep
+        if keep < len(window.data):
+            break
+    return "".join(parts), cursor if start is None else start, position, dropped
+
+
+@dataclass
+class Session:
+    id: str
+    process: ProcessHandle
+    argv: list[str]
+    tty: bool
+    interactive: bool
+    operation_id: str | None
+    out: OutputBuffer
+    err: OutputBuffer | None
+    readers: list[tuple[OutputBuffer, Callable[[], Awaitable[bytes]]]]
+    timeout_s: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    started_wall: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
+    returncode: int | None = None
+    timed_out: bool = False
+    terminated_by: str | None = None
+    detached: bool = False
+    delivered: int = 0
+    delivered_err: int = 0
+    finished: anyio.Event = field(default_factory=anyio.Event)
+    exited: anyio.Event = field(default_factory=anyio.Event)
+    ended_at: float | None = None
+    on_finish: Callable[[Session], Awaitable[None]] | None = None
+    _activity: anyio.Event = field(default_factory=anyio.Event)
+    _last_output: float = 0.0
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def running(self) -> bool:
+        return not self.exited.is_set()
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Own the process until it is gone: read every stream, wait, enforce the timeout."""
+        try:
+            async with anyio.create_task_group() as tg:
+                for buffer, read in self.readers:
+                    tg.start_soon(self._pump, buffer, read)
+                if self.timeout_s is not None:
+                    tg.start_soon(self._watchdog, self.timeout_s)
+                self.returncode = await self.process.wait()
+                self.exited.set()
+                self._poke()
+                await self._drain()
+                tg.cancel_scope.cancel()
+        finally:
+            for buffer, _ in self.readers:
+                buffer.close()
+            self.process.close()
+            self.ended_at = time.monotonic()
+            self.finished.set()
+            self._poke()
+            if self.on_finish is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.on_finish(self)
+
+    async def _drain(self) -> None:
+        """After exit, read what is left; give up after DRAIN_AFTER_EXIT_S of a pipe held
+        open by a grandchild, but never while a lossless reader waits for the client."""
+        deadline = time.monotonic() + DRAIN_AFTER_EXIT_S
+        while not all(buffer.eof for buffer, _ in self.readers):
+            if any(not buffer.has_room() for buffer, _ in self.readers):
+                deadline = time.monotonic() + DRAIN_AFTER_EXIT_S
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            event = self._activity
+            with anyio.move_on_after(left):
+                await event.wait()
+
+    async def _pump(self, buffer: OutputBuffer, read: Callable[[], Awaitable[bytes]]) -> None:
+        try:
+            while True:
+                await buffer.wait_for_room()
+                chunk = await read()
+                if not chunk:
+                    return
+                buffer.append(chunk)
+                self._last_output = time.monotonic()
+                self._poke()
+        finally:
+            buffer.close()
+            self._poke()
+
+    async def _watchdog(self, timeout_s: float) -> None:
+        await anyio.sleep(timeout_s)
+        if self.running:
+            self.timed_out = True
+            self.kill(signal.SIGKILL)
+
+    def _poke(self) -> None:
+        self._activity.set()
+        self._activity = anyio.Event()
+
+    def kill(self, signum: int) -> None:
+        """Signal the whole process group and session."""
+        try:
+            kill_session(self.pid, signum)
+        except ValueError:
+            self.process.signal_group(signum)
+
+    async def terminate(self, signum: int, grace_s: float) -> None:
+        """``signum`` to everything, then SIGKILL after ``grace_s`` if anything is left."""
+        self.terminated_by = signal.Signals(signum).name
+        self.kill(signum)
+        with anyio.move_on_after(grace_s):
+            await self.exited.wait()
+        if self.running or members(self.pid):
+            self.kill(signal.SIGKILL)
+        with anyio.move_on_after(DRAIN_AFTER_EXIT_S + 1):
+            await self.finished.wait()
+
+    # -- output ---------------------------------------------------------------------
+
+    def output_total(self) -> int:
+        return self.out.total + (self.err.total if self.err else 0)
+
+    async def wait_for(self, *, deadline: float, quiet_s: float | None, baseline: int) -> None:
+        """Return at the deadline, when the command has finished, or — with ``quiet_s`` —
+        once output arrived after ``baseline`` and then stayed quiet for ``quiet_s``."""
+        while not self.finished.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            wait = deadline - now
+            if quiet_s is not None and self.output_total() > baseline:
+                quiet_left = self._last_output + quiet_s - now
+                if quiet_left <= 0:
+                    return
+                wait = min(wait, quiet_left)
+            event = self._activity
+            with anyio.move_on_after(wait):
+                await event.wait()
+
+    def take(self, max_bytes: int, after: int | None = None) -> Taken:
+        """Output from the session's cursor (or ``after``), advancing the cursor."""
+        self.touch()
+        text, start, end, dropped = _take(self.out, self.delivered if after is None else after, max_bytes)
+        self.delivered = max(self.delivered, end)
+        self.out.mark_consumed(self.delivered)
+        taken = Taken(text=text, start=start, end=end, dropped=dropped)
+        if self.err is not None:
+            err_text, _, err_end, err_dropped = _take(self.err, self.delivered_err, max_bytes)
+            self.delivered_err = err_end
+            self.err.mark_consumed(err_end)
+            taken.stderr_text, taken.stderr_end, taken.stderr_dropped = err_text, err_end, err_dropped
+        return taken
+
+    def status(self) -> dict[str, Any]:
+        code = self.returncode
+        info: dict[str, Any] = {"running": self.running, "exit_code": None, "signal": None, "timed_out": self.timed_out}
+        if code is None:
+            return info
+        if self.timed_out:
+            info["exit_code"] = TIMEOUT_EXIT_CODE
+        elif code < 0:
+            info["exit_code"] = 128 - code
+        else:
+            info["exit_code"] = code
+        if code < 0:
+            info["signal"] = signal.Signals(-code).name
+        return info
+

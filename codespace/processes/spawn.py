@@ -1,0 +1,167 @@
+"""Start a command on pipes, without a thread per process.
+
+The child leads its own session (so its group and session can be killed as a
+whole), gets SIGTERM if the server dies (``PR_SET_PDEATHSIG``, re-checked after
+setting it because the parent may already be gone), and reads /dev/null unless
+the session is interactive. The parent ends are non-blocking and awaited with
+``anyio.wait_readable``; exit is awaited on a pidfd.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+from functools import cache
+
+import anyio
+
+from ..contract import CommandSpec, FsError, ToolError
+
+PR_SET_PDEATHSIG = 1
+READ_CHUNK = 65536
+PAYLOAD_INLINE_MAX = 65536  # a pipe buffer holds this much without a reader
+
+
+@cache
+def _prctl():  # noqa: ANN202
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl
+
+
+def child_setup(parent_pid: int) -> None:
+    """Runs in the child between fork and exec (keep it minimal)."""
+    _prctl()(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the server died before the death signal was armed
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def prepare_inherited(spec: CommandSpec) -> tuple[CommandSpec, list[tuple[int, bytes]]]:
+    """Turn named payloads into pipes the child inherits; return the writers to feed."""
+    if not spec.inherit:
+        return spec, []
+    env = dict(spec.env)
+    pass_fds = list(spec.pass_fds)
+    writers = []
+    for name, payload in spec.inherit.items():
+        read_end, write_end = os.pipe()
+        env[f"CODESPACE_FD_{name.upper()}"] = str(read_end)
+        pass_fds.append(read_end)
+        writers.append((write_end, payload))
+    return spec.model_copy(update={"env": env, "pass_fds": pass_fds, "inherit": {}}), writers
+
+
+async def feed_payloads(writers: list[tuple[int, bytes]]) -> None:
+    for fd, payload in writers:
+        try:
+            view = memoryview(payload)
+            os.set_blocking(fd, False)
+            while view:
+                try:
+                    view = view[os.write(fd, view):]
+                except BlockingIOError:
+                    await anyio.wait_writable(fd)
+        except BrokenPipeError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def close_parent_copies(spec: CommandSpec) -> None:
+    for fd in spec.pass_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def spawn_error(exc: OSError, spec: CommandSpec) -> ToolError:
+    if isinstance(exc, FileNotFoundError) and exc.filename == spec.cwd:
+        return FsError(f"cannot run in {spec.cwd}: the directory does not exist", path=spec.cwd, errno=exc.errno)
+    if isinstance(exc, FileNotFoundError):
+        return ToolError(
+            f"command not found: {spec.argv[0]!r} is not on PATH ({spec.env.get('PATH', '')}); pass the full path "
+            "or run it through the shell (a string command)",
+            code="command_not_found",
+        )
+    if isinstance(exc, PermissionError):
+        return ToolError(f"cannot execute {spec.argv[0]!r}: permission denied", code="permission_denied")
+    return ToolError(f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}", code="spawn_failed")
+
+
+class PipeProcess:
+    """A child on pipes: ``streams`` are (name, fd) pairs read until EOF."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], interactive: bool) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self._stdin = popen.stdin.fileno() if interactive and popen.stdin else None
+        self.fds = {"stdout": popen.stdout.fileno(), "stderr": popen.stderr.fileno()}
+        for fd in (*self.fds.values(), *([self._stdin] if self._stdin is not None else [])):
+            os.set_blocking(fd, False)
+        self._pidfd = os.pidfd_open(self.pid)
+        self._write_lock = anyio.Lock()
+
+    @classmethod
+    def spawn(cls, spec: CommandSpec) -> PipeProcess:
+        try:
+            popen = subprocess.Popen(
+                spec.argv,
+                cwd=spec.cwd,
+                env=spec.env,
+                stdin=subprocess.PIPE if spec.interactive else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=spec.pass_fds,
+                preexec_fn=lambda parent=os.getpid(): child_setup(parent),
+            )
+        except OSError as exc:
+            raise spawn_error(exc, spec) from exc
+        return cls(popen, spec.interactive)
+
+    async def read(self, stream: str) -> bytes:
+        fd = self.fds[stream]
+        while True:
+            try:
+                return os.read(fd, READ_CHUNK)
+            except BlockingIOError:
+                await anyio.wait_readable(fd)
+
+    async def write(self, data: bytes) -> None:
+        if self._stdin is None:
+            raise ToolError("this session has no stdin (start it with interactive=true or tty=true)", code="no_stdin")
+        async with self._write_lock:
+            view = memoryview(data)
+            while view:
+                try:
+                    view = view[os.write(self._stdin, view):]
+                except BlockingIOError:
+                    await anyio.wait_writable(self._stdin)
+                except BrokenPipeError:
+                    raise ToolError("the process closed its stdin", code="stdin_closed") from None
+
+    def close_stdin(self) -> None:
+        if self.popen.stdin is not None and not self.popen.stdin.closed:
+            self.popen.stdin.close()
+        self._stdin = None
+
+    def resize(self, rows: int, cols: int) -> None:
+        raise ToolError("resize needs a terminal session (exec with tty=true)", code="not_a_terminal")
+
+    def signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    async def wait(self) -> int:
+        await anyio.wait_readable(self._pidfd)
+        return self.popen.wait()
+
+    def close(self) -> None:
+        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
+        os.close(self._pidfd)

@@ -1,0 +1,25 @@
+"""Hooks of the pty plugin."""
+
+from __future__ import annotations
+
+import os
+
+from codespace import hookimpl
+from codespace.doctor import Check
+
+from .terminal import PtyTerminal
+
+
+@hookimpl
+def codespace_terminal(workspace):  # noqa: ANN001, ANN201
+    return PtyTerminal()
+
+
+@hookimpl
+def codespace_doctor(workspace):  # noqa: ANN001, ANN201
+    try:
+        fd = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY)
+    except OSError as exc:
+        return [Check("pseudo-terminals", False, f"/dev/ptmx: {exc.strerror}", "mount devpts (tty: true needs it)")]
+    os.close(fd)
+    return [Check("pseudo-terminals", True, "/dev/ptmx opens")]

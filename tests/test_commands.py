@@ -1,0 +1,279 @@
+"""Commands on pipes through real MCP sessions: real processes, /proc checked."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import signal
+import sys
+import time
+
+import anyio
+import pytest
+
+from codespace.processes.kill import members
+from codespace.testing import call_error, call_ok, connect
+
+pytestmark = pytest.mark.anyio
+
+GRANDCHILDREN_IGNORING_TERM = (
+    "trap '' TERM; "
+    "(trap '' TERM; sleep 1000) & "
+    "(trap '' TERM; exec -a cs-grandchild sleep 1000) & "
+    "setsid -f sleep 1 >/dev/null 2>&1; "  # leaves the session on purpose and ends by itself
+    "echo $$ > pgid; wait"
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _live_members(leader: int) -> list[int]:
+    return [p for p in members(leader) if _alive(p)]
+
+
+async def test_exec_argv_and_shell(app_factory, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": ["echo", "hello world"]})
+        assert out["output"] == "hello world\n" and out["exit_code"] == 0 and out["session_id"] is None
+        shell = await call_ok(client, "exec", {"command": "echo a; echo b >&2; exit 3"})
+        assert shell["exit_code"] == 3 and sorted(shell["output"].split()) == ["a", "b"]
+        separate = await call_ok(client, "exec", {"command": "echo a; echo b >&2", "separate_stderr": True})
+        assert separate["output"] == "a\n" and separate["stderr"] == "b\n"
+        missing = await call_error(client, "exec", {"command": ["no-such-program-xyz"]})
+        assert missing["code"] == "command_not_found" and "PATH" in missing["message"]
+        bad_cwd = await call_error(client, "exec", {"command": ["true"], "cwd": "nope"})
+        assert "does not exist" in bad_cwd["message"]
+
+
+async def test_cwd_env_and_stdin(app_factory, ws, mode, monkeypatch):
+    (ws / "sub").mkdir()
+    monkeypatch.setenv("SERVER_SECRET_TOKEN", "leak")
+    monkeypatch.setenv("EDITOR_CHOICE", "vi")
+    policy = '[env]\ninherit = "all"\nset = { FROM_POLICY = "p" }\n'
+    async with connect(app_factory(policy), mode=mode) as client:
+        out = await call_ok(client, "exec", {
+            "command": "pwd; echo ${SERVER_SECRET_TOKEN:-none} $EDITOR_CHOICE $FROM_POLICY $MINE ${MY_API_KEY:-dropped}",
+            "cwd": "sub", "env": {"MINE": "m", "MY_API_KEY": "k"},
+        })
+        lines = out["output"].splitlines()
+        assert lines[0] == str((ws / "sub").resolve())
+        assert lines[1] == "none vi p m dropped"
+        assert out["env_dropped"] == ["MY_API_KEY"]
+        fed = await call_ok(client, "exec", {"command": ["cat"], "stdin": "typed\n"})
+        assert fed["output"] == "typed\n" and fed["exit_code"] == 0
+        devnull = await call_ok(client, "exec", {"command": "cat; echo eof"})
+        assert devnull["output"] == "eof\n"  # stdin is /dev/null, so cat cannot hang
+
+
+async def test_timeout_kills_the_whole_group(app_factory, ws, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        start = time.monotonic()
+        out = await call_ok(client, "exec", {"command": GRANDCHILDREN_IGNORING_TERM, "timeout_ms": 700})
+        assert time.monotonic() - start < 5
+    assert out["timed_out"] is True and out["exit_code"] == 124
+    leader = int((ws / "pgid").read_text())
+    assert _live_members(leader) == []
+
+
+async def test_terminate_escalates_and_leaves_nothing(app_factory, ws, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        started = await call_ok(client, "exec", {"command": GRANDCHILDREN_IGNORING_TERM, "yield_ms": 300})
+        assert started["running"] is True
+        leader = started["pid"]
+        assert len(_live_members(leader)) >= 3
+        stopped = await call_ok(client, "terminate", {"session_id": started["session_id"], "grace_ms": 300})
+        assert stopped["running"] is False and stopped["signal"] == "SIGKILL"
+        assert _live_members(leader) == []
+        gone = await call_error(client, "read_output", {"session_id": started["session_id"]})
+        assert gone["code"] == "no_session"
+
+
+async def test_yield_returns_on_exit_not_at_the_deadline(app_factory, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        start = time.monotonic()
+        out = await call_ok(client, "exec", {"command": "sleep 0.2; echo done", "yield_ms": 30000})
+        assert out["output"] == "done\n" and time.monotonic() - start < 3
+        start = time.monotonic()
+        session = await call_ok(client, "exec", {"command": "echo ready; cat", "interactive": True, "yield_ms": 30000})
+        assert session["running"] and session["output"] == "ready\n"
+        assert time.monotonic() - start < 3  # printed, then went quiet: it waits for input
+        start = time.monotonic()
+        echoed = await call_ok(client, "write_stdin", {"session_id": session["session_id"], "chars": "ping\n", "yield_ms": 30000})
+        assert echoed["output"] == "ping\n" and time.monotonic() - start < 3
+        polled = await call_ok(client, "read_output", {"session_id": session["session_id"], "wait_ms": 200})
+        assert polled["output"] == ""
+        await call_ok(client, "terminate", {"session_id": session["session_id"]})
+
+
+async def test_cursor_reads_are_exact(app_factory, mode):
+    script = "for i in $(seq 1 5); do echo line$i; sleep 0.1; done"
+    async with connect(app_factory(), mode=mode) as client:
+        first = await call_ok(client, "exec", {"command": script, "yield_ms": 150})
+        session = first["session_id"]
+        seen = first["output"]
+        cursor = first["next_seq"]
+        while True:
+            step = await call_ok(client, "read_output", {"session_id": session, "after_seq": cursor, "wait_ms": 2000})
+            assert step["seq"] == cursor and step["omitted_bytes"] == 0
+            seen += step["output"]
+            cursor = step["next_seq"]
+            if not step["running"] and step["session_id"] is None:
+                break
+        assert seen == "".join(f"line{i}\n" for i in range(1, 6))
+        again = await call_ok(client, "exec", {"command": "printf 'abcdef'", "max_bytes": 2})
+        rest = await call_ok(client, "read_output", {"session_id": again["session_id"], "after_seq": 2, "max_bytes": 100})
+        assert again["output"] == "ab" and rest["output"] == "cdef" and rest["seq"] == 2
+
+
+async def test_utf8_is_never_split(app_factory, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": "printf 'é€😀'", "max_bytes": 2})
+        text, cursor = out["output"], out["next_seq"]
+        while out["session_id"]:
+            out = await call_ok(client, "read_output", {"session_id": out["session_id"], "after_seq": cursor, "max_bytes": 3})
+            text += out["output"]
+            cursor = out["next_seq"]
+            assert "\ufffd" not in out["output"]
+        assert text == "é€😀"
+
+
+async def test_head_tail_buffer_counts_the_middle(app_factory, mode):
+    policy = "[limits]\noutput_cap_bytes = 4096\n"
+    async with connect(app_factory(policy), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": "seq 1 20000", "max_bytes": 1_000_000})
+    total = sum(len(f"{i}\n") for i in range(1, 20001))
+    text = out["output"]
+    assert text.startswith("1\n2\n3\n") and text.endswith("19999\n20000\n")
+    assert f"... {out['omitted_bytes']} bytes omitted ..." in text
+    assert out["omitted_bytes"] == total - 4096
+
+
+async def test_100mb_stream_lossless_exact_and_memory_bounded(app_factory, mode):
+    size = 100 * 1024 * 1024
+    producer = (
+        "import sys\n"
+        "block = bytes(range(32, 127)) * 700 + b'\\n'\n"
+        f"left = {size}\n"
+        "while left > 0:\n"
+        "    chunk = block[:left]\n"
+        "    sys.stdout.buffer.write(chunk)\n"
+        "    left -= len(chunk)\n"
+    )
+    block = bytes(range(32, 127)) * 700 + b"\n"
+    expected = hashlib.sha256()
+    left = size
+    while left > 0:
+        expected.update(block[:left])
+        left -= len(block[:left])
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    digest = hashlib.sha256()
+    received = 0
+    async with connect(app_factory(), mode=mode) as client:
+        out = await call_ok(client, "exec", {
+            "command": [sys.executable, "-c", producer], "lossless": True, "yield_ms": 100,
+            "max_bytes": 1024 * 1024, "timeout_ms": 600_000,
+        })
+        cursor = 0
+        while True:
+            assert out["seq"] == cursor and out["omitted_bytes"] == 0, "a byte was lost or repeated"
+            data = out["output"].encode()
+            digest.update(data)
+            received += len(data)
+            cursor = out["next_seq"]
+            if out["session_id"] is None:
+                break
+            out = await call_ok(client, "read_output", {
+                "session_id": out["session_id"], "after_seq": cursor, "max_bytes": 1024 * 1024, "wait_ms": 2000,
+            })
+    assert received == size
+    assert digest.hexdigest() == expected.hexdigest()
+    growth_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert growth_mb < 60, f"peak memory grew by {growth_mb:.0f} MB for a 1 MiB buffer"
+
+
+async def test_eviction_protects_recent_sessions(app_factory, mode):
+    policy = "[limits]\nmax_sessions = 12\n"
+
+    async def sleeper() -> str:
+        return (await call_ok(client, "exec", {"command": ["sleep", "100"], "yield_ms": 0}))["session_id"]
+
+    async def live() -> list[str]:
+        return [s["session_id"] for s in (await call_ok(client, "list_sessions"))["sessions"]]
+
+    async with connect(app_factory(policy), mode=mode) as client:
+        a, b = await sleeper(), await sleeper()
+        # exited, but it keeps unread output, so it stays until evicted
+        finished = (await call_ok(client, "exec", {"command": "echo xy", "max_bytes": 1, "yield_ms": 2000}))["session_id"]
+        rest = [await sleeper() for _ in range(9)]
+        assert len(await live()) == 12
+        await sleeper()  # full: the least recently used *exited* session goes first, though a and b are older
+        sessions = await live()
+        assert finished not in sessions and a in sessions and len(sessions) == 12
+        await call_ok(client, "read_output", {"session_id": a})  # a becomes the most recently used
+        await sleeper()  # no exited candidate: the least recently used running one (b) is killed
+        sessions = await live()
+        assert b not in sessions and a in sessions and rest[0] in sessions
+        assert (await call_error(client, "read_output", {"session_id": b}))["code"] == "no_session"
+
+
+async def test_seventy_sessions_with_the_default_limit(app_factory, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        pids = []
+        for _ in range(70):
+            started = await call_ok(client, "exec", {"command": ["sleep", "100"], "yield_ms": 0})
+            pids.append(started["pid"])
+        listing = await call_ok(client, "list_sessions")
+        assert len(listing["sessions"]) == 64 and listing["limit"] == 64
+        await anyio.sleep(0.2)
+        assert [p for p in pids[:6] if _alive(p)] == []  # the six evicted were killed
+        assert all(_alive(p) for p in pids[6:])
+    assert [p for p in pids if _alive(p)] == []  # clean shutdown terminates every session
+
+
+async def test_replayed_exec_reattaches_and_record_finishes(app_factory, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        first = await call_ok(client, "exec", {"command": "sleep 0.5; echo end", "yield_ms": 0, "operation_id": "x1"})
+        again = await call_ok(client, "exec", {"command": "sleep 0.5; echo end", "yield_ms": 0, "operation_id": "x1"})
+        assert again["replayed"] and again["session_id"] == first["session_id"] and again["pid"] == first["pid"]
+        record = await call_ok(client, "get_operation", {"operation_id": "x1"})
+        assert record["status"] == "running"
+        done = await call_ok(client, "read_output", {"session_id": first["session_id"], "wait_ms": 5000})
+        while done["running"]:
+            done = await call_ok(client, "read_output", {"session_id": first["session_id"], "wait_ms": 5000})
+        await anyio.sleep(0.1)
+        record = await call_ok(client, "get_operation", {"operation_id": "x1"})
+        assert record["status"] == "succeeded" and record["result"]["exit_code"] == 0
+
+
+async def test_command_rules_and_required_sandbox_refuse(app_factory, mode):
+    policy = '[commands]\nrules = [{ program = "rm", decision = "deny" }]\n[sandbox]\nmode = "off"\n'
+    async with connect(app_factory(policy), mode=mode) as client:
+        refused = await call_error(client, "exec", {"command": "ls && rm -rf x"})
+        assert refused["rule"] == "commands.rules[0]"
+        ok = await call_ok(client, "exec", {"command": ["true"]})
+        assert ok["sandboxed"] is False and "sandbox.mode = 'off'" in ok["note"]
+    async with connect(app_factory('[sandbox]\nmode = "required"\n', plugins=()), mode=mode) as client:
+        refused = await call_error(client, "exec", {"command": ["true"]})
+        assert refused["rule"] == "sandbox.mode" and "required" in refused["message"]
+
+
+async def test_session_tools_validate(app_factory, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        assert (await call_error(client, "write_stdin", {"session_id": "nope", "chars": "x"}))["code"] == "no_session"
+        plain = await call_ok(client, "exec", {"command": ["sleep", "5"], "yield_ms": 0})
+        no_stdin = await call_error(client, "write_stdin", {"session_id": plain["session_id"], "chars": "x"})
+        assert "interactive" in no_stdin["message"]
+        not_tty = await call_error(client, "resize", {"session_id": plain["session_id"], "rows": 10, "cols": 10})
+        assert not_tty["code"] == "not_a_terminal"
+        empty = await call_error(client, "exec", {"command": []})
+        assert empty["code"] == "invalid_arguments"
+        nul = await call_error(client, "exec", {"command": ["echo", "a\0b"]})
+        assert "NUL" in nul["message"]
+        await call_ok(client, "terminate", {"session_id": plain["session_id"], "signal": "KILL"})
