@@ -7,6 +7,7 @@ mounts (or Landlock rules), so a command cannot do what a file tool may not.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -63,3 +64,43 @@ def decide(workspace: Workspace, backends: Backends) -> SandboxDecision:
             "To proceed: ask the operator to install codespace-linux-sandbox or fix the host (codespace doctor).",
         )
     return SandboxDecision(None, f"running unsandboxed: {reason} (sandbox.mode = 'auto')")
+
+
+# Upstream's heuristic for "the sandbox probably denied this": these words in the
+# output of a failed command, or exit 159 (128 + SIGSYS, a seccomp kill).
+DENIAL_MARKERS = ("operation not permitted", "permission denied", "read-only file system", "seccomp", "landlock")
+SECCOMP_KILL_EXIT = 159
+_NETWORK_MARKERS = (
+    "network is unreachable", "could not resolve", "name or service not known", "temporary failure in name resolution",
+    "failed to establish a new connection", "socket: operation not permitted", "connection refused",
+)
+_PATH = re.compile(r"(?<![\w.-])(/[^\s'\"`:;,()\[\]]+)")
+
+
+@dataclass(frozen=True)
+class DenialHint:
+    likely: bool
+    rule: str | None
+    detail: str | None
+
+
+def denial_hint(workspace: Workspace, output: str, exit_code: int | None) -> DenialHint | None:
+    """For a failed sandboxed command: did the sandbox likely deny it, and under which rule?"""
+    if exit_code in (None, 0):
+        return None
+    low = output.lower()
+    likely = exit_code == SECCOMP_KILL_EXIT or any(marker in low for marker in DENIAL_MARKERS)
+    network = workspace.policy.network.access
+    if network != "on" and any(marker in low for marker in _NETWORK_MARKERS):
+        return DenialHint(True, "network.access", f"network.access = {network!r}: direct connections are blocked"
+                          + (" (only allowlisted domains through the proxy)" if network == "allowlist" else ""))
+    if not likely:
+        return DenialHint(False, None, None)
+    for candidate in _PATH.findall(output):
+        path = os.path.normpath(candidate)
+        refusal = workspace.paths.check_exact(path, "write")
+        if refusal is not None:
+            return DenialHint(True, refusal.rule, refusal.message)
+    if exit_code == SECCOMP_KILL_EXIT:
+        return DenialHint(True, "sandbox seccomp", "a system call the sandbox forbids (seccomp) killed the command")
+    return DenialHint(True, None, "the sandbox probably denied an operation; see workspace_info for what is allowed")

@@ -84,6 +84,11 @@ class OutputBuffer:
     def close(self) -> None:
         self.eof = True
 
+    def tail_text(self, limit: int = 4096) -> str:
+        """The last bytes kept, as text (for scanning an error message)."""
+        data = bytes(self._tail[-limit:]) if self._tail else bytes(self._head[-limit:])
+        return data.decode("utf-8", "replace")
+
     def has_room(self) -> bool:
         return not self.lossless or self.total - self.consumed < self.capacity
 

@@ -91,6 +91,7 @@ class Session:
     timed_out: bool = False
     terminated_by: str | None = None
     detached: bool = False
+    sandboxed: bool = False
     delivered: int = 0
     delivered_err: int = 0
     finished: anyio.Event = field(default_factory=anyio.Event)

@@ -103,6 +103,10 @@ class CommandOutput(BaseModel):
     sandboxed: bool
     duration_ms: int
     env_dropped: list[str] = Field(default_factory=list, description="Requested variables the policy dropped.")
+    sandbox_denied: bool | None = Field(
+        default=None, description="For a failed sandboxed command: whether the sandbox likely denied it."
+    )
+    sandbox_rule: str | None = Field(default=None, description="The policy rule (path or network) that likely applied.")
     note: str | None = None
 
 
@@ -177,7 +181,7 @@ def _max_bytes(call: ToolCall, requested: int | None) -> int:
     return min(requested or call.workspace.limits.max_read_bytes, cap)
 
 
-def _result(call: ToolCall, session: Session, max_bytes: int, *, after: int | None = None, sandboxed: bool = False,
+def _result(call: ToolCall, session: Session, max_bytes: int, *, after: int | None = None,
             env_dropped: list[str] | None = None, note: str | None = None) -> CommandOutput:
     taken = session.take(max_bytes, after)
     status = session.status()
@@ -185,6 +189,12 @@ def _result(call: ToolCall, session: Session, max_bytes: int, *, after: int | No
     keep = status["running"] or unread or not session.finished.is_set()
     if not keep:
         _registry(call).forget(session)
+    hint = None
+    if session.sandboxed and not status["running"]:
+        hint = sandboxing.denial_hint(call.workspace, session.out.tail_text() + taken.text + (taken.stderr_text or ""),
+                                      status["exit_code"])
+        if hint is not None and hint.likely:
+            note = "; ".join(filter(None, [note, hint.detail]))
     return CommandOutput(
         session_id=session.id if keep else None,
         **status,
@@ -195,9 +205,11 @@ def _result(call: ToolCall, session: Session, max_bytes: int, *, after: int | No
         omitted_bytes=taken.dropped + taken.stderr_dropped,
         pid=session.pid,
         tty=session.tty,
-        sandboxed=sandboxed,
+        sandboxed=session.sandboxed,
         duration_ms=int(((session.ended_at or time.monotonic()) - session.started) * 1000),
         env_dropped=env_dropped or [],
+        sandbox_denied=hint.likely if hint else None,
+        sandbox_rule=hint.rule if hint else None,
         note=note,
     )
 
@@ -261,7 +273,8 @@ async def exec_command(call: ToolCall, args: ExecArgs) -> CommandOutput:
             session.process.close_stdin()
     yield_ms = args.yield_ms if args.yield_ms is not None else (INTERACTIVE_YIELD_MS if interactive else DEFAULT_YIELD_MS)
     await session.wait_for(deadline=time.monotonic() + yield_ms / 1000, quiet_s=QUIET_S if interactive else None, baseline=0)
-    result = _result(call, session, _max_bytes(call, args.max_bytes), sandboxed=decision.backend is not None,
+    session.sandboxed = decision.backend is not None
+    result = _result(call, session, _max_bytes(call, args.max_bytes),
                      env_dropped=refused_extra(ws.policy.env, args.env), note=decision.note)
     if result.running:
         session.detached = True
