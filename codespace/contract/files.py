@@ -105,6 +105,9 @@ class ListDirResult(_Model):
     path: str
     entries: list[DirEntry]
     truncated: bool
+    errors: list[EntryError] = Field(
+        default_factory=list, description="Entries that could not be described (e.g. names that are not UTF-8)."
+    )
 
 
 class WalkRequest(_Model):
@@ -119,6 +122,7 @@ class WalkRequest(_Model):
     max_entries: int | None = Field(default=None, ge=1, description="Cap on entries (default: limits.walk_max_entries).")
     max_dirs: int | None = Field(default=None, ge=1, description="Cap on directories read (default: limits.walk_max_dirs).")
     max_bytes: int | None = Field(default=None, ge=1024, description="Cap on response size (default: limits.walk_max_response_bytes).")
+    sizes: bool = Field(default=False, description="Report each regular file's size (one stat per file: slower on big trees).")
 
 
 class WalkEntry(_Model):

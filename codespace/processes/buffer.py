@@ -8,6 +8,8 @@ were dropped, so nothing is repeated and nothing disappears silently.
 Lossless mode keeps no head: the reader of the pipe stops reading while the
 buffer is full of bytes nobody has fetched yet, so the child blocks on its write
 instead of output being dropped (memory stays bounded either way).
+
+The tail is a ring, so appending costs the copy of the chunk whatever the fill.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import anyio
+
+MAX_CHUNK = 65536  # the largest read a pump makes; lossless rings leave room for one more
 
 
 @dataclass(frozen=True)
@@ -42,51 +46,80 @@ def complete_utf8_prefix(data: bytes) -> int:
     return n
 
 
+class _Ring:
+    """The last ``size`` bytes written."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._data = bytearray(size)
+        self.length = 0
+        self._end = 0  # next write position
+
+    def write(self, chunk: bytes) -> None:
+        n = len(chunk)
+        if n >= self.size:
+            self._data[:] = chunk[-self.size:]
+            self._end = 0
+            self.length = self.size
+            return
+        first = min(n, self.size - self._end)
+        self._data[self._end:self._end + first] = chunk[:first]
+        if first < n:
+            self._data[: n - first] = chunk[first:]
+        self._end = (self._end + n) % self.size
+        self.length = min(self.size, self.length + n)
+
+    def read(self, offset: int, count: int) -> bytes:
+        """``count`` bytes from ``offset`` (0 = the oldest byte kept)."""
+        count = max(0, min(count, self.length - offset))
+        start = (self._end - self.length + offset) % self.size
+        first = min(count, self.size - start)
+        return bytes(self._data[start:start + first]) + bytes(self._data[: count - first])
+
+
 class OutputBuffer:
     def __init__(self, capacity: int, *, lossless: bool = False) -> None:
         self.capacity = capacity
         self.lossless = lossless
         self._head_cap = 0 if lossless else capacity // 2
-        self._tail_cap = capacity - self._head_cap
         self._head = bytearray()
-        self._tail = bytearray()
-        self._tail_start = 0
+        self._tail = _Ring(capacity + MAX_CHUNK if lossless else capacity - self._head_cap)
         self.total = 0
         self.consumed = 0  # highest offset any reader has fetched (lossless back-pressure)
         self.eof = False
         self._space = anyio.Event()
 
     @property
+    def _tail_start(self) -> int:
+        return self.total - self._tail.length
+
+    @property
     def omitted(self) -> int:
         """Bytes dropped from the middle of the stream so far."""
-        return self._tail_start - len(self._head) if self._tail else 0
+        return self._tail_start - len(self._head)
 
     def append(self, data: bytes) -> None:
         if not data:
             return
-        if not self._tail and len(self._head) < self._head_cap:
+        if self._tail.length == 0 and len(self._head) < self._head_cap:
             take = data[: self._head_cap - len(self._head)]
             self._head += take
             self.total += len(take)
             data = data[len(take):]
         if data:
-            if not self._tail:
-                self._tail_start = self.total
-            self._tail += data
+            self._tail.write(data)
             self.total += len(data)
-            excess = len(self._tail) - self._tail_cap
-            if self.lossless:  # never drop what no reader has fetched yet
-                excess = min(excess, self.consumed - self._tail_start)
-            if excess > 0:
-                del self._tail[:excess]
-                self._tail_start += excess
 
     def close(self) -> None:
         self.eof = True
 
     def tail_text(self, limit: int = 4096) -> str:
         """The last bytes kept, as text (for scanning an error message)."""
-        data = bytes(self._tail[-limit:]) if self._tail else bytes(self._head[-limit:])
+        if self._tail.length:
+            keep = min(limit, self._tail.length)
+            data = self._tail.read(self._tail.length - keep, keep)
+        else:
+            data = bytes(self._head[-limit:])
         return data.decode("utf-8", "replace")
 
     def has_room(self) -> bool:
@@ -100,15 +133,15 @@ class OutputBuffer:
         """Up to ``max_bytes`` from offset ``after``; never repeats, reports what was dropped."""
         after = max(0, min(after, self.total))
         head_len = len(self._head)
+        tail_start = self._tail_start
         if after < head_len:
             data = bytes(self._head[after : after + max_bytes])
             # continue into the tail only when nothing was dropped in between
-            if len(data) < max_bytes and self._tail and self._tail_start == head_len:
-                data += bytes(self._tail[: max_bytes - len(data)])
+            if len(data) < max_bytes and self._tail.length and tail_start == head_len:
+                data += self._tail.read(0, max_bytes - len(data))
             return Window(data, after, 0)
-        start = max(after, self._tail_start)
-        offset = start - self._tail_start
-        return Window(bytes(self._tail[offset : offset + max_bytes]), start, start - after)
+        start = max(after, tail_start)
+        return Window(self._tail.read(start - tail_start, max_bytes), start, start - after)
 
     def mark_consumed(self, offset: int) -> None:
         if offset > self.consumed:

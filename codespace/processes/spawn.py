@@ -1,9 +1,14 @@
 """Start a command on pipes, without a thread per process.
 
 The child leads its own session (so its group and session can be killed as a
-whole), gets SIGTERM if the server dies (``PR_SET_PDEATHSIG``, re-checked after
-setting it because the parent may already be gone), and reads /dev/null unless
-the session is interactive. The parent ends are non-blocking and awaited with
+whole), gets SIGTERM if the server dies (``PR_SET_PDEATHSIG``), and reads
+/dev/null unless the session is interactive.
+
+The death signal is set by util-linux ``setpriv --pdeathsig`` exec'd in front of
+the command when it is installed: a Python ``preexec_fn`` forces a full fork of
+the server (no vfork) and costs ~18 ms per spawn here against ~5 ms. The
+fallback is the ``preexec_fn``, which also re-checks that the parent did not die
+before the signal was armed. The parent ends are non-blocking and awaited with
 ``anyio.wait_readable``; exit is awaited on a pidfd.
 """
 
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 from functools import cache
@@ -20,6 +26,7 @@ import anyio
 from ..contract import CommandSpec, FsError, ToolError
 
 PR_SET_PDEATHSIG = 1
+SETPRIV = shutil.which("setpriv")
 READ_CHUNK = 65536
 PAYLOAD_INLINE_MAX = 65536  # a pipe buffer holds this much without a reader
 
@@ -90,6 +97,22 @@ def spawn_error(exc: OSError, spec: CommandSpec) -> ToolError:
     return ToolError(f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}", code="spawn_failed")
 
 
+def resolve_program(spec: CommandSpec) -> str:
+    """Find the program as execvp would, so a missing one is a clear error, not a launcher's exit 127."""
+    program = spec.argv[0]
+    if "/" in program:
+        path = program if os.path.isabs(program) else os.path.join(spec.cwd, program)
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", program)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise PermissionError(13, "Permission denied", program)
+        return program
+    found = shutil.which(program, path=spec.env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(2, "No such file or directory", program)
+    return found
+
+
 class PipeProcess:
     """A child on pipes: ``streams`` are (name, fd) pairs read until EOF."""
 
@@ -106,8 +129,13 @@ class PipeProcess:
     @classmethod
     def spawn(cls, spec: CommandSpec) -> PipeProcess:
         try:
+            if not os.path.isdir(spec.cwd):
+                raise FileNotFoundError(2, "No such file or directory", spec.cwd)
+            resolve_program(spec)
+            argv = [SETPRIV, "--pdeathsig", "TERM", "--", *spec.argv] if SETPRIV else spec.argv
+            parent = os.getpid()
             popen = subprocess.Popen(
-                spec.argv,
+                argv,
                 cwd=spec.cwd,
                 env=spec.env,
                 stdin=subprocess.PIPE if spec.interactive else subprocess.DEVNULL,
@@ -115,7 +143,7 @@ class PipeProcess:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 pass_fds=spec.pass_fds,
-                preexec_fn=lambda parent=os.getpid(): child_setup(parent),
+                preexec_fn=None if SETPRIV else (lambda: child_setup(parent)),
             )
         except OSError as exc:
             raise spawn_error(exc, spec) from exc

@@ -24,7 +24,7 @@ from ..tooling import Needs, OperationArgs, ToolCall, ToolDefinition, ToolRegist
 DEFAULT_YIELD_MS = 10_000
 INTERACTIVE_YIELD_MS = 1_000
 MAX_YIELD_MS = 300_000
-QUIET_S = 0.15  # an interactive session that printed and then went quiet is waiting for input
+DEFAULT_QUIET_MS = 100  # an interactive session that printed and then went quiet is waiting for input
 PIPE_DEFAULTS = {"PAGER": "cat", "GIT_PAGER": "cat"}  # a pager on a pipe would wait forever
 
 
@@ -57,6 +57,11 @@ class ExecArgs(OperationArgs):
         "1000 for tty/interactive). Returns earlier on exit, and for interactive sessions once output went quiet.",
     )
     max_bytes: int | None = Field(default=None, ge=1, description="Cap on output returned by this call (default: limits.max_read_bytes).")
+    quiet_ms: int = Field(
+        default=DEFAULT_QUIET_MS, ge=0, le=60_000,
+        description="Interactive sessions: return once output has arrived and then stayed quiet this long "
+        "(0: at the first output).",
+    )
     separate_stderr: bool = Field(default=False, description="Keep stderr apart (field 'stderr') instead of merging by arrival.")
     lossless: bool = Field(
         default=False,
@@ -119,6 +124,11 @@ class WriteStdinArgs(OperationArgs):
     session_id: str = Field(min_length=1, description="The session_id exec returned.")
     chars: str = Field(default="", description="Text to send (control characters pass through: '\\x03' is Ctrl-C); empty polls.")
     yield_ms: int = Field(default=INTERACTIVE_YIELD_MS, ge=0, le=MAX_YIELD_MS, description="Longest wait for output after writing.")
+    quiet_ms: int = Field(
+        default=DEFAULT_QUIET_MS, ge=0, le=60_000,
+        description="Interactive sessions: return once output has arrived and then stayed quiet this long "
+        "(0: at the first output).",
+    )
     max_bytes: int | None = Field(default=None, ge=1, description="Cap on output returned.")
 
 
@@ -272,7 +282,7 @@ async def exec_command(call: ToolCall, args: ExecArgs) -> CommandOutput:
         if not interactive and hasattr(session.process, "close_stdin"):
             session.process.close_stdin()
     yield_ms = args.yield_ms if args.yield_ms is not None else (INTERACTIVE_YIELD_MS if interactive else DEFAULT_YIELD_MS)
-    await session.wait_for(deadline=time.monotonic() + yield_ms / 1000, quiet_s=QUIET_S if interactive else None, baseline=0)
+    await session.wait_for(deadline=time.monotonic() + yield_ms / 1000, quiet_s=args.quiet_ms / 1000 if interactive else None, baseline=0)
     session.sandboxed = decision.backend is not None
     result = _result(call, session, _max_bytes(call, args.max_bytes),
                      env_dropped=refused_extra(ws.policy.env, args.env), note=decision.note)
@@ -289,7 +299,7 @@ async def write_stdin(call: ToolCall, args: WriteStdinArgs) -> CommandOutput:
         if not session.running:
             raise ToolError(f"session {session.id} has exited; read_output returns what is left", code="exited")
         await session.process.write(args.chars.encode())
-    await session.wait_for(deadline=time.monotonic() + args.yield_ms / 1000, quiet_s=QUIET_S, baseline=baseline)
+    await session.wait_for(deadline=time.monotonic() + args.yield_ms / 1000, quiet_s=args.quiet_ms / 1000, baseline=baseline)
     return _result(call, session, _max_bytes(call, args.max_bytes))
 
 
