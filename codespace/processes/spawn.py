@@ -14,34 +14,18 @@ before the signal was armed. The parent ends are non-blocking and awaited with
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import signal
 import subprocess
-from functools import cache
 
 import anyio
 
 from ..contract import CommandSpec, FsError, ToolError
+from ..fdio import arm_parent_death_signal, read_some, signal_group, wait_exit, write_all
 
-PR_SET_PDEATHSIG = 1
 SETPRIV = shutil.which("setpriv")
 READ_CHUNK = 65536
 PAYLOAD_INLINE_MAX = 65536  # a pipe buffer holds this much without a reader
-
-
-@cache
-def _prctl():  # noqa: ANN202
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl
-
-
-def child_setup(parent_pid: int) -> None:
-    """Runs in the child between fork and exec (keep it minimal)."""
-    _prctl()(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the server died before the death signal was armed
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def prepare_inherited(spec: CommandSpec) -> tuple[CommandSpec, list[tuple[int, bytes]]]:
@@ -62,13 +46,8 @@ def prepare_inherited(spec: CommandSpec) -> tuple[CommandSpec, list[tuple[int, b
 async def feed_payloads(writers: list[tuple[int, bytes]]) -> None:
     for fd, payload in writers:
         try:
-            view = memoryview(payload)
             os.set_blocking(fd, False)
-            while view:
-                try:
-                    view = view[os.write(fd, view):]
-                except BlockingIOError:
-                    await anyio.wait_writable(fd)
+            await write_all(fd, payload)
         except BrokenPipeError:
             pass
         finally:
@@ -143,32 +122,23 @@ class PipeProcess:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 pass_fds=spec.pass_fds,
-                preexec_fn=None if SETPRIV else (lambda: child_setup(parent)),
+                preexec_fn=None if SETPRIV else (lambda: arm_parent_death_signal(parent)),
             )
         except OSError as exc:
             raise spawn_error(exc, spec) from exc
         return cls(popen, spec.interactive)
 
     async def read(self, stream: str) -> bytes:
-        fd = self.fds[stream]
-        while True:
-            try:
-                return os.read(fd, READ_CHUNK)
-            except BlockingIOError:
-                await anyio.wait_readable(fd)
+        return await read_some(self.fds[stream], READ_CHUNK)
 
     async def write(self, data: bytes) -> None:
         if self._stdin is None:
             raise ToolError("this session has no stdin (start it with interactive=true or tty=true)", code="no_stdin")
         async with self._write_lock:
-            view = memoryview(data)
-            while view:
-                try:
-                    view = view[os.write(self._stdin, view):]
-                except BlockingIOError:
-                    await anyio.wait_writable(self._stdin)
-                except BrokenPipeError:
-                    raise ToolError("the process closed its stdin", code="stdin_closed") from None
+            try:
+                await write_all(self._stdin, data)
+            except BrokenPipeError:
+                raise ToolError("the process closed its stdin", code="stdin_closed") from None
 
     def close_stdin(self) -> None:
         if self.popen.stdin is not None and not self.popen.stdin.closed:
@@ -179,14 +149,12 @@ class PipeProcess:
         raise ToolError("resize needs a terminal session (exec with tty=true)", code="not_a_terminal")
 
     def signal_group(self, signum: int) -> None:
-        try:
-            os.killpg(self.pid, signum)
-        except ProcessLookupError:
-            pass
+        signal_group(self.pid, signum)
 
     async def wait(self) -> int:
-        await anyio.wait_readable(self._pidfd)
-        return self.popen.wait()
+        code = await wait_exit(self.pid, self._pidfd)
+        self.popen.returncode = code  # reaped here; Popen must not wait for it again
+        return code
 
     def close(self) -> None:
         for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):

@@ -20,11 +20,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-import anyio.lowlevel
 import anyio.to_thread
 import mcp_types as types
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
+
+from ..fdio import read_some, write_all
 
 READ_CHUNK = 1 << 16
 
@@ -69,27 +70,7 @@ class _Claim:
 async def _read_chunk(fd: int, pollable: bool) -> bytes:
     if not pollable:
         return await anyio.to_thread.run_sync(os.read, fd, READ_CHUNK)
-    while True:
-        await anyio.wait_readable(fd)
-        try:
-            return os.read(fd, READ_CHUNK)
-        except BlockingIOError:
-            continue
-
-
-async def _write_all(fd: int, data: bytes, pollable: bool) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            written = os.write(fd, view)
-        except BlockingIOError:
-            await anyio.wait_writable(fd)
-            continue
-        except BrokenPipeError:
-            raise anyio.ClosedResourceError from None
-        view = view[written:]
-        if view and not pollable:
-            await anyio.lowlevel.checkpoint()
+    return await read_some(fd, READ_CHUNK)
 
 
 def _parse_error(line: bytes, exc: Exception) -> bytes:
@@ -117,7 +98,10 @@ async def stdio_transport() -> AsyncIterator[tuple[object, object]]:
 
     async def write_line(data: bytes) -> None:
         async with write_lock:
-            await _write_all(claim.write_fd, data + b"\n", claim.write_pollable)
+            try:
+                await write_all(claim.write_fd, data + b"\n")
+            except BrokenPipeError:
+                raise anyio.ClosedResourceError from None
 
     async def reader() -> None:
         pending = b""

@@ -9,31 +9,16 @@ pidfd. The master stays open until the host has finished with the process group
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
-import signal
-from functools import cache
 
 import anyio
 from ptyprocess import PtyProcess
 
 from codespace.contract import CommandSpec
+from codespace.fdio import arm_parent_death_signal, read_some, signal_group, wait_exit, write_all
 
 READ_CHUNK = 65536  # upstream reads 8 KiB; larger reads cut the per-chunk overhead for bulk output
-PR_SET_PDEATHSIG = 1
-
-
-@cache
-def _prctl():  # noqa: ANN202
-    return ctypes.CDLL(None, use_errno=True).prctl
-
-
-def _child_setup(parent_pid: int) -> None:
-    # SIGTERM when the server dies; re-check because it may already have died.
-    _prctl()(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent_pid:
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class PtyProcessHandle:
@@ -49,38 +34,25 @@ class PtyProcessHandle:
         self._closed = False
 
     async def read(self) -> bytes:
-        while True:
-            try:
-                return os.read(self.fd, READ_CHUNK)
-            except BlockingIOError:
-                await anyio.wait_readable(self.fd)
-            except OSError as exc:
-                if exc.errno == errno.EIO:  # every slave descriptor is closed: end of output
-                    return b""
-                raise
+        try:
+            return await read_some(self.fd, READ_CHUNK)
+        except OSError as exc:
+            if exc.errno == errno.EIO:  # every slave descriptor is closed: end of output
+                return b""
+            raise
 
     async def write(self, data: bytes) -> None:
         async with self._write_lock:
-            view = memoryview(data)
-            while view:
-                try:
-                    view = view[os.write(self.fd, view):]
-                except BlockingIOError:
-                    await anyio.wait_writable(self.fd)
+            await write_all(self.fd, data)
 
     def resize(self, rows: int, cols: int) -> None:
         self._process.setwinsize(rows, cols)
 
     def signal_group(self, signum: int) -> None:
-        try:
-            os.killpg(self.pid, signum)
-        except ProcessLookupError:
-            pass
+        signal_group(self.pid, signum)
 
     async def wait(self) -> int:
-        await anyio.wait_readable(self._pidfd)
-        _, status = os.waitpid(self.pid, 0)
-        return os.waitstatus_to_exitcode(status)
+        return await wait_exit(self.pid, self._pidfd)
 
     def close(self) -> None:
         if self._closed:
@@ -104,6 +76,6 @@ class PtyTerminal:
             env=spec.env,
             dimensions=(spec.rows, spec.cols),
             pass_fds=tuple(spec.pass_fds),
-            preexec_fn=lambda: _child_setup(parent),
+            preexec_fn=lambda: arm_parent_death_signal(parent),
         )
         return PtyProcessHandle(process)
