@@ -162,3 +162,22 @@ async def test_http_token_from_file_and_loopback_only(ws, state, tmp_path):
         capture_output=True, text=True, timeout=60, env=subprocess_env(),
     )
     assert refused.returncode == 2 and "loopback only" in refused.stderr
+
+
+async def test_sessions_outlive_a_client_connection(ws, state):
+    """Over HTTP the server outlives its clients: a session started by one client is
+    re-attached by id from another."""
+    with http_server(ws, state) as (url, _):
+        token = (state / "http-token").read_text().strip()
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as first:
+                started = await call_ok(first, "exec", {"command": "echo one; sleep 1; echo two; sleep 30",
+                                                        "yield_ms": 200})
+                assert started["running"] and started["output"] == "one\n"
+            async with Client(streamable_http_client(url, http_client=http)) as second:
+                listed = await call_ok(second, "list_sessions")
+                assert started["session_id"] in [s["session_id"] for s in listed["sessions"]]
+                more = await call_ok(second, "read_output", {"session_id": started["session_id"], "wait_ms": 5000})
+                assert more["output"] == "two\n" and more["seq"] == started["next_seq"]
+                stopped = await call_ok(second, "terminate", {"session_id": started["session_id"]})
+                assert stopped["running"] is False
