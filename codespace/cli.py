@@ -63,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     ops_show = ops_sub.add_parser("show", help="one operation in full")
     _workspace_options(ops_show)
     ops_show.add_argument("operation_id")
+    ops_net = ops_sub.add_parser("net", help="egress-proxy decisions (allow/deny, reason, host, port, method)")
+    _workspace_options(ops_net)
+    ops_net.add_argument("--operation", default=None, help="only this operation's connections")
+    ops_net.add_argument("--limit", type=int, default=50)
+    ops_net.add_argument("--json", action="store_true")
     return parser
 
 
@@ -200,12 +205,23 @@ def _ops(args: argparse.Namespace) -> int:
                 extra = f"  rule={r.rule}" if r.rule else ""
                 print(f"{when}  {r.operation_id}  {r.tool:<16} {_status(r)}{extra}")
             return 0
+        if args.ops_command == "net":
+            events = store.network_sync(limit=args.limit, operation_id=args.operation)
+            if args.json:
+                print(json.dumps([e.model_dump() for e in events], indent=2))
+                return 0
+            for e in events:
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
+                print(f"{when}  {e.decision:<5} {e.reason:<16} {e.protocol:<7} {e.method or '-':<7} "
+                      f"{e.host}:{e.port}  {e.operation_id or '-'}")
+            return 0
         record = store.get_sync(args.operation_id)
         if record is None:
             print(f"no operation {args.operation_id!r}", file=sys.stderr)
             return 1
         shown = record.model_dump()
         shown["status"] = _status(record)
+        shown["network"] = [e.model_dump() for e in store.network_sync(limit=50, operation_id=record.operation_id)]
         print(json.dumps(shown, indent=2))
         return 0
     finally:

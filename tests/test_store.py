@@ -173,3 +173,30 @@ async def test_corrupt_file_is_reported(tmp_path):
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match="cannot be opened"):
         SQLiteStore(path).open_sync()
+
+
+async def test_network_audit_events(tmp_path):
+    from codespace.store import NetworkEvent
+
+    store = await _store(tmp_path)
+    await store.record_network([
+        NetworkEvent(at=1.0, operation_id="op-a", decision="allow", reason="allowed", protocol="connect",
+                     host="pypi.org", port=443),
+        NetworkEvent(at=2.0, operation_id="op-b", decision="deny", reason="denylist", protocol="http",
+                     host="evil.test", port=80, method="GET"),
+    ])
+    assert [e.host for e in await store.network()] == ["evil.test", "pypi.org"]
+    only = await store.network(operation_id="op-a")
+    assert len(only) == 1 and only[0].decision == "allow" and only[0].method is None
+    await store.close()
+
+
+async def test_schema_1_store_is_upgraded(tmp_path):
+    path = tmp_path / "ops.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.executescript(sqlite_store._SCHEMA.split("CREATE TABLE IF NOT EXISTS network_events")[0])
+    conn.execute("PRAGMA user_version=1")
+    conn.close()
+    store = SQLiteStore(path).open_sync()
+    assert store.network_sync() == []
+    store.close_sync()

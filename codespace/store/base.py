@@ -38,6 +38,21 @@ class OperationRecord(BaseModel):
     finished_at: float | None = None
 
 
+class NetworkEvent(BaseModel):
+    """One decision of the egress proxy: never a full URL, only host, port and method."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: float
+    operation_id: str | None = Field(default=None, description="The command whose connection it was.")
+    decision: Literal["allow", "deny"]
+    reason: str
+    protocol: str = Field(description="http, connect or socks5.")
+    host: str
+    port: int
+    method: str | None = None
+
+
 BeginOutcome = Literal["new", "existing", "conflict"]
 
 
@@ -76,6 +91,11 @@ class OperationStore(Protocol):
         """Remember the process group an operation started, so a restart can reap it."""
 
     async def get(self, operation_id: str) -> OperationRecord | None: ...
+
+    async def record_network(self, events: list[NetworkEvent]) -> None:
+        """Append egress-proxy decisions (the audit trail)."""
+
+    async def network(self, *, limit: int = 100, operation_id: str | None = None) -> list[NetworkEvent]: ...
 
     async def list(
         self, *, limit: int = 50, status: Status | None = None, tool: str | None = None, before: float | None = None

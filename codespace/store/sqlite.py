@@ -19,11 +19,11 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from .base import FINISHED, Begin, OperationRecord, Status, now, owner_alive, owner_token
+from .base import FINISHED, Begin, NetworkEvent, OperationRecord, Status, now, owner_alive, owner_token
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS operations (
     operation_id TEXT PRIMARY KEY,
@@ -43,6 +43,18 @@ CREATE TABLE IF NOT EXISTS operations (
 );
 CREATE INDEX IF NOT EXISTS operations_created ON operations (created_at);
 CREATE INDEX IF NOT EXISTS operations_running ON operations (status) WHERE status = 'running';
+CREATE TABLE IF NOT EXISTS network_events (
+    at           REAL NOT NULL,
+    operation_id TEXT,
+    decision     TEXT NOT NULL,
+    reason       TEXT NOT NULL,
+    protocol     TEXT NOT NULL,
+    host         TEXT NOT NULL,
+    port         INTEGER NOT NULL,
+    method       TEXT
+);
+CREATE INDEX IF NOT EXISTS network_events_at ON network_events (at);
+CREATE INDEX IF NOT EXISTS network_events_operation ON network_events (operation_id);
 """
 _COLUMNS = (
     "operation_id, tool, args_hash, arguments, status, result, error, rule, client, owner, pgid, pgid_start, "
@@ -268,6 +280,30 @@ class SQLiteStore:
     async def recover(self) -> list[OperationRecord]:
         return await self._run(self._recover)
 
+    def _record_network(self, events: list[NetworkEvent]) -> None:
+        self._db().executemany(
+            "INSERT INTO network_events (at, operation_id, decision, reason, protocol, host, port, method) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(e.at, e.operation_id, e.decision, e.reason, e.protocol, e.host, e.port, e.method) for e in events],
+        )
+
+    async def record_network(self, events: list[NetworkEvent]) -> None:
+        if events:
+            await self._run(self._record_network, events)
+
+    def network_sync(self, *, limit: int = 100, operation_id: str | None = None) -> list[NetworkEvent]:
+        where, params = ("WHERE operation_id = ?", [operation_id]) if operation_id else ("", [])
+        rows = self._db().execute(
+            "SELECT at, operation_id, decision, reason, protocol, host, port, method FROM network_events "
+            f"{where} ORDER BY at DESC, rowid DESC LIMIT ?",
+            (*params, limit),
+        ).fetchall()
+        return [NetworkEvent(at=r[0], operation_id=r[1], decision=r[2], reason=r[3], protocol=r[4], host=r[5],
+                             port=r[6], method=r[7]) for r in rows]
+
+    async def network(self, *, limit: int = 100, operation_id: str | None = None) -> list[NetworkEvent]:
+        return await self._run(lambda: self.network_sync(limit=limit, operation_id=operation_id))
+
     def _prune(self) -> None:
         db = self._db()
         finished = ",".join(f"'{s}'" for s in FINISHED)
@@ -276,6 +312,11 @@ class SQLiteStore:
             f"DELETE FROM operations WHERE status IN ({finished}) AND rowid NOT IN "
             "(SELECT rowid FROM operations ORDER BY created_at DESC LIMIT ?)",
             (self.max_records,),
+        )
+        db.execute("DELETE FROM network_events WHERE at < ?", (now() - self.max_age_s,))
+        db.execute(
+            "DELETE FROM network_events WHERE rowid NOT IN (SELECT rowid FROM network_events ORDER BY at DESC LIMIT ?)",
+            (self.max_records * 10,),
         )
         self._finished_since_prune = 0
 

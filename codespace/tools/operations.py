@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..contract import ToolError
 from ..plugins import hookimpl
-from ..store import OperationRecord
+from ..store import NetworkEvent, OperationRecord
 from ..tooling import ToolCall, ToolDefinition, ToolRegistrar
 
 StatusFilter = Literal["running", "succeeded", "failed", "refused", "interrupted", "cancelled"]
@@ -30,6 +30,9 @@ class OperationView(BaseModel):
     client: str | None
     created_at: float = Field(description="Unix time.")
     finished_at: float | None
+    network: list[NetworkEvent] = Field(
+        default_factory=list, description="Egress-proxy decisions for this command (newest first, at most 50)."
+    )
 
 
 class ListOperationsArgs(BaseModel):
@@ -55,8 +58,9 @@ class ListOperationsResult(BaseModel):
     next_before: float | None = Field(description="Pass as 'before' for the next page; null at the end.")
 
 
-def view(record: OperationRecord) -> OperationView:
-    return OperationView(**record.model_dump(include=set(OperationView.model_fields)))
+def view(record: OperationRecord, network: list[NetworkEvent] | None = None) -> OperationView:
+    return OperationView(**record.model_dump(include=set(OperationView.model_fields) - {"network"}),
+                         network=network or [])
 
 
 async def get_operation(call: ToolCall, args: GetOperationArgs) -> OperationView:
@@ -67,7 +71,7 @@ async def get_operation(call: ToolCall, args: GetOperationArgs) -> OperationView
             "list_operations shows what is kept",
             code="not_found",
         )
-    return view(record)
+    return view(record, await call.store.network(limit=50, operation_id=record.operation_id))
 
 
 async def list_operations(call: ToolCall, args: ListOperationsArgs) -> ListOperationsResult:
@@ -82,8 +86,8 @@ def codespace_register_tools(register: ToolRegistrar) -> None:
     register(ToolDefinition(
         name="get_operation",
         description="Look up one operation by id: its tool, status (running, succeeded, failed, refused, "
-        "interrupted, cancelled), stored result or error, and the policy rule if it was refused. Use it after a "
-        "lost connection to learn whether a side-effecting call ran.",
+        "interrupted, cancelled), stored result or error, the policy rule if it was refused, and for a command the "
+        "egress-proxy decisions it caused. Use it after a lost connection to learn whether a side-effecting call ran.",
         arguments=GetOperationArgs, result=OperationView, handler=get_operation, read_only=True,
     ))
     register(ToolDefinition(
