@@ -11,6 +11,9 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
 
 from . import reaper
 from .backends import Backends
@@ -22,6 +25,16 @@ from .tooling import ToolRegistry
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
+
+
+async def _supervised(plugin: str, service: Any) -> None:
+    try:
+        await service()
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception:
+        log.exception("service of plugin %s failed and stopped", plugin)
+
 
 STORE_FILE = "operations.sqlite3"
 
@@ -71,7 +84,11 @@ class App:
                 log.warning("%d operation(s) of a stopped server marked interrupted", len(self.recovered))
                 reaper.reap(self.recovered)
             self.plugins.startup(self.workspace, self.backends)
-            async with self.processes.running():
-                yield self
+            async with anyio.create_task_group() as services:
+                for plugin, service in self.plugins.services(self.workspace, self.backends, self.store):
+                    services.start_soon(_supervised, plugin, service)
+                async with self.processes.running():
+                    yield self
+                services.cancel_scope.cancel()
         finally:
             await self.store.close()

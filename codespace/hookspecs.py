@@ -20,11 +20,16 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from .backends import Backends
     from .contract import FileSystem, Patcher, Sandbox, Terminal
     from .doctor import Check
+    from .store import OperationStore
     from .tooling import ToolRegistrar
     from .workspace import Workspace
+
+    Service = Callable[[], Awaitable[None]]
 
 hookspec = pluggy.HookspecMarker("codespace")
 
@@ -49,6 +54,23 @@ def codespace_startup(workspace: Workspace, backends: Backends) -> None:
 
     .. note:: An exception raised here is reported and disables nothing else; the
        plugin's backends are still offered.
+    """
+
+
+@hookspec
+def codespace_services(workspace: Workspace, backends: Backends, store: OperationStore) -> list[Service] | None:
+    """Provide long-running async services (e.g. an egress proxy).
+
+    Called once at server start, after :func:`codespace_startup`. Each service is an
+    ``async`` callable taking no arguments, run in the server's task group until
+    shutdown, when it is cancelled. A service that raises is logged and stopped;
+    the server goes on.
+
+    :param workspace: The workspace being served.
+    :param backends: The workspace's backends.
+    :param store: The operation store (e.g. to write an audit trail with
+        ``record_network``).
+    :return: A list of async callables, or None.
     """
 
 

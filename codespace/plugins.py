@@ -268,6 +268,15 @@ class Plugins:
             except Exception as exc:
                 self._hook_failed(plugin, "codespace_startup", exc)
 
+    def services(self, workspace: Workspace, backends: Backends, store: Any) -> list[tuple[str, Callable[[], Any]]]:
+        found: list[tuple[str, Callable[[], Any]]] = []
+        for plugin, fn in self._impls("codespace_services"):
+            try:
+                found.extend((plugin, service) for service in fn(workspace=workspace, backends=backends, store=store) or [])
+            except Exception as exc:
+                self._hook_failed(plugin, "codespace_services", exc)
+        return found
+
     def doctor(self, workspace: Workspace) -> list[Check]:
         from .doctor import Check
 

@@ -39,7 +39,7 @@ def test_listing_shows_distribution_version_and_pin(example_plugins):
     assert (info.distribution, info.version) == ("codespace-example", "0.1.0")
     assert info.pin.project == "openai/codex" and info.pin.release == "rust-v0.171.0"
     assert info.pin.components == ("codex-example",)
-    assert info.hooks == ["codespace_doctor", "codespace_register_tools", "codespace_startup"]
+    assert info.hooks == ["codespace_doctor", "codespace_register_tools", "codespace_services", "codespace_startup"]
 
 
 def test_block_and_allow_from_environment_and_policy(example_plugins):
@@ -114,6 +114,17 @@ def test_pin_parsing():
     ])
     assert str(pin) == "openai/codex rust-v0.171.0 (codex-apply-patch)"
     assert pin_from_metadata(["Homepage, https://example.org"]) is None
+
+
+@pytest.mark.anyio
+async def test_services_run_while_serving_and_failures_are_contained(example_plugins, ws, state, tmp_path,
+                                                                     monkeypatch, mode):
+    marker = tmp_path / "service"
+    monkeypatch.setenv("CODESPACE_EXAMPLE_SERVICE_MARKER", str(marker))
+    async with connect(build_app(ws, state_dir=state, plugins=("example",)), mode=mode) as client:
+        await call_ok(client, "tally", {"name": "svc"})
+        assert marker.read_text() == "running"
+        assert (await call_ok(client, "tally", {"name": "svc"}))["count"] == 2
 
 
 @pytest.mark.anyio

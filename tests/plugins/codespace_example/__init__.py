@@ -150,3 +150,18 @@ def codespace_startup(workspace):
     if marker:
         with open(marker, "a") as f:
             f.write(f"{workspace.root}\n")
+
+
+@hookimpl
+def codespace_services(workspace, store):
+    async def heartbeat():
+        marker = os.environ.get("CODESPACE_EXAMPLE_SERVICE_MARKER")
+        if marker:
+            with open(marker, "w") as f:
+                f.write("running")
+        await anyio.sleep_forever()
+
+    async def crashes():
+        raise RuntimeError("this service fails on purpose; the server must go on")
+
+    return [heartbeat, crashes]
