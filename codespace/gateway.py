@@ -261,6 +261,7 @@ class Gateway:
             needs = Needs(
                 read=[*static.read, *(self._normalize(p) for p in dynamic.read)],
                 write=[*static.write, *(self._normalize(p) for p in dynamic.write)],
+                write_through=[self._normalize(p) for p in dynamic.write_through],
                 argv=dynamic.argv,
                 shell=dynamic.shell,
             )
@@ -271,6 +272,10 @@ class Gateway:
                 raise _Refused(refusal)
         for path in needs.write:
             refusal = rules.check(path, "write")
+            if refusal is not None:
+                raise _Refused(refusal)
+        for path in needs.write_through:
+            refusal = rules.check(path, "write", follow_leaf=True)
             if refusal is not None:
                 raise _Refused(refusal)
         for argv in needs.argv:
@@ -318,12 +323,13 @@ class Gateway:
             if operation_id is not None:
                 await self.store.forget(operation_id)
             return _error(exc.code, exc.message, exc.details)
-        except Refused as refused:
-            refusal = Refusal(refused.rule, refused.message)
-            if operation_id is None:
-                return await self._record_refusal(tool, None, refusal, {}, call.client)
-            return await self._finish_refused(tool, operation_id, refusal)
         except ToolError as exc:
+            rule = _refusal_rule(exc)
+            if rule is not None:  # a backend's own policy check (e.g. where a followed link led)
+                refusal = Refusal(rule, exc.message)
+                if operation_id is None:
+                    return await self._record_refusal(tool, None, refusal, {}, call.client)
+                return await self._finish_refused(tool, operation_id, refusal)
             outcome = _error(exc.code, exc.message, exc.details, operation_id)
             if operation_id is not None:
                 await self.store.finish(operation_id, "failed", result=outcome.structured, error=exc.message)
@@ -348,6 +354,14 @@ class Gateway:
             else:
                 await self.store.finish(operation_id, "succeeded", result=structured)
         return Outcome(False, tool.render_text(result, structured), structured)
+
+
+def _refusal_rule(exc: ToolError) -> str | None:
+    if isinstance(exc, Refused):
+        return exc.rule
+    if exc.code == "refused":
+        return str(exc.details.get("rule") or "backend policy check")
+    return None
 
 
 def _error(code: str, message: str, details: dict[str, Any] | None = None, operation_id: str | None = None) -> Outcome:

@@ -101,7 +101,7 @@ def codespace_filesystem(workspace: Workspace) -> FileSystem | None:
     to the allowed root, race-free).
 
     :param workspace: The workspace to serve.
-    :return: An object implementing :class:`codespace.backends.FileSystem`, or None
+    :return: An object implementing :class:`codespace.contract.FileSystem`, or None
         to let another plugin answer.
 
     .. note:: Stops at the first non-None result.
@@ -116,7 +116,7 @@ def codespace_patcher(workspace: Workspace) -> Patcher | None:
     backend the host hands to each call, never through ``open()`` on agent paths.
 
     :param workspace: The workspace to serve.
-    :return: An object implementing :class:`codespace.backends.Patcher`, or None.
+    :return: An object implementing :class:`codespace.contract.Patcher`, or None.
 
     .. note:: Stops at the first non-None result.
     """
@@ -127,7 +127,7 @@ def codespace_terminal(workspace: Workspace) -> Terminal | None:
     """Provide the terminal backend used for ``exec(tty=true)`` sessions.
 
     :param workspace: The workspace to serve.
-    :return: An object implementing :class:`codespace.backends.Terminal`, or None.
+    :return: An object implementing :class:`codespace.contract.Terminal`, or None.
 
     .. note:: Stops at the first non-None result.
     """
@@ -142,8 +142,11 @@ def codespace_sandbox(workspace: Workspace) -> Sandbox | None:
     ``"required"``).
 
     :param workspace: The workspace to serve.
-    :return: An object implementing :class:`codespace.backends.Sandbox`, or None
-        when no engine works on this host.
+    :return: An object implementing :class:`codespace.contract.Sandbox`, or None.
+        A backend whose engines do not work on this host should still be returned,
+        with ``info().available`` false and the reason in ``info().detail``, so the
+        host can say why commands run unsandboxed (or refuse them when the policy
+        requires a sandbox).
 
     .. note:: Stops at the first non-None result.
     """

@@ -47,11 +47,17 @@ def layout_for(workspace: Workspace) -> SandboxLayout:
     )
 
 
+def restricts_anything(layout: SandboxLayout) -> bool:
+    return not ("/" in layout.writable and not layout.deny_read and not layout.protected and layout.network == "on")
+
+
 def decide(workspace: Workspace, backends: Backends) -> SandboxDecision:
     """Which sandbox wraps commands, or why none does; refuses when one is required."""
     mode = workspace.policy.sandbox.mode
     if mode == "off":
         return SandboxDecision(None, "sandbox.mode = 'off': commands run unsandboxed")
+    if mode == "auto" and not restricts_anything(layout_for(workspace)):
+        return SandboxDecision(None, "the policy restricts nothing a sandbox would enforce (sandbox.mode = 'auto')")
     backend = backends.sandbox()
     info = backend.info() if backend is not None else None
     if backend is not None and info is not None and info.available:
@@ -84,6 +90,18 @@ class DenialHint:
     detail: str | None
 
 
+def _denied_paths(output: str) -> list[str]:
+    """Paths in the output, those right before a denial marker on the same line first:
+    ``/bin/bash: line 1: /ws/.git/x: Read-only file system`` names .git/x, not /bin/bash."""
+    near: list[str] = []
+    for line in output.splitlines():
+        low = line.lower()
+        cut = min((low.find(m) for m in DENIAL_MARKERS if m in low), default=-1)
+        if cut >= 0:
+            near += reversed(_PATH.findall(line[:cut]))
+    return near + [p for p in _PATH.findall(output) if p not in near]
+
+
 def denial_hint(workspace: Workspace, output: str, exit_code: int | None) -> DenialHint | None:
     """For a failed sandboxed command: did the sandbox likely deny it, and under which rule?"""
     if exit_code in (None, 0):
@@ -96,7 +114,7 @@ def denial_hint(workspace: Workspace, output: str, exit_code: int | None) -> Den
                           + (" (only allowlisted domains through the proxy)" if network == "allowlist" else ""))
     if not likely:
         return DenialHint(False, None, None)
-    for candidate in _PATH.findall(output):
+    for candidate in _denied_paths(output):
         path = os.path.normpath(candidate)
         refusal = workspace.paths.check_exact(path, "write")
         if refusal is not None:

@@ -52,6 +52,8 @@ class Needs:
 
     read: list[str] = field(default_factory=list)
     write: list[str] = field(default_factory=list)
+    write_through: list[str] = field(default_factory=list)
+    """Writes that follow a final symbolic link to its target (checked where the link leads)."""
     argv: list[list[str]] = field(default_factory=list)
     shell: list[str] = field(default_factory=list)
 

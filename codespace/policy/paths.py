@@ -166,13 +166,22 @@ class PathRules:
                 )
         return None
 
-    def check(self, path: str, need: Need) -> Refusal | None:
-        """Check ``path`` as written and as its existing prefix resolves."""
+    def check(self, path: str, need: Need, *, follow_leaf: bool | None = None) -> Refusal | None:
+        """Check ``path`` as written and as its existing prefix resolves.
+
+        By default a write does not follow a final link (the backend replaces or
+        removes the link itself), so only the parent directory is resolved; a write
+        that goes through the link (a patch updating a linked file) passes
+        ``follow_leaf=True``."""
         refusal = self.check_exact(path, need)
         if refusal is not None:
             return _with_hint(refusal, need)
+        follow = need == "read" if follow_leaf is None else follow_leaf
         try:
-            real = os.path.realpath(path)
+            if not follow and path != "/":
+                real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+            else:
+                real = os.path.realpath(path)
         except (OSError, ValueError):
             return None
         if real != path:

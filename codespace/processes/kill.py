@@ -26,16 +26,20 @@ def _stat_ids(pid: int) -> tuple[int, int] | None:
     return int(fields[2]), int(fields[3])
 
 
-def members(leader: int) -> list[int]:
-    """Live (non-zombie) processes in the process group or session led by ``leader``."""
+def _members(leader: int) -> list[tuple[int, int]]:
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         ids = _stat_ids(int(entry))
         if ids is not None and leader in ids:
-            found.append(int(entry))
+            found.append((int(entry), ids[0]))
     return found
+
+
+def members(leader: int) -> list[int]:
+    """Live (non-zombie) processes in the process group or session led by ``leader``."""
+    return [pid for pid, _ in _members(leader)]
 
 
 def kill_session(leader: int, signum: int = signal.SIGKILL) -> int:
@@ -43,14 +47,16 @@ def kill_session(leader: int, signum: int = signal.SIGKILL) -> int:
     if leader <= 1 or leader == os.getpid():
         raise ValueError(f"refusing to signal process group {leader}")
     sent = 0
+    group_signalled = False
     try:
         os.killpg(leader, signum)
         sent += 1
+        group_signalled = True
     except (ProcessLookupError, PermissionError):
         pass
-    for pid in members(leader):
-        if pid == os.getpid():
-            continue
+    for pid, pgid in _members(leader):
+        if pid == os.getpid() or (group_signalled and pgid == leader):
+            continue  # the group signal reached it: a second one could be seen twice
         try:
             os.kill(pid, signum)
             sent += 1

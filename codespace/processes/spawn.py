@@ -37,6 +37,7 @@ def prepare_inherited(spec: CommandSpec) -> tuple[CommandSpec, list[tuple[int, b
     writers = []
     for name, payload in spec.inherit.items():
         read_end, write_end = os.pipe()
+        os.set_inheritable(read_end, True)  # ptyprocess keeps pass_fds open but does not clear close-on-exec
         env[f"CODESPACE_FD_{name.upper()}"] = str(read_end)
         pass_fds.append(read_end)
         writers.append((write_end, payload))

@@ -24,7 +24,13 @@ class ApplyPatchArgs(OperationArgs):
 
 def _needs(args: ApplyPatchArgs, call: ToolCall) -> Needs:
     plan = call.backends.patcher().plan(args.patch, str(call.workspace.root))
-    return Needs(write=[target.path for target in plan.targets])
+    # Adds, updates and move destinations write through a linked file, as upstream
+    # does: judge where the link leads. Deletes and move sources remove the link itself.
+    removes = {t.path for t in plan.targets if t.action == "delete" or t.role == "move_source"}
+    return Needs(
+        write=[t.path for t in plan.targets if t.path in removes],
+        write_through=[t.path for t in plan.targets if t.path not in removes],
+    )
 
 
 def _render(result: PatchResult) -> str:

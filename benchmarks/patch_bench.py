@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""apply_patch speed, side by side with the pinned Codex binary (apply-patch.md §13).
+
+    python benchmarks/patch_bench.py [--runs 9] [--backend auto|test|real]
+
+Two cases: one 20,000-line file with one Update section of 200 chunks, and 200
+files in 10 directories with one small Update section each. For every run the
+tree is rebuilt (untimed), then each contender applies the same patch; runs are
+interleaved so machine noise hits all of them alike; medians are reported.
+
+Contenders:
+- ``codex`` — the released binary as a whole process (the baseline);
+- ``helper`` — ``codespace-apply-patch`` as a whole process, started the way
+  CodeSpace starts it (``python -I -S``), upstream mode;
+- ``in-server atomic`` / ``in-server upstream`` — the Patcher backend inside a
+  running server: ``plan()`` (what the gateway checks) plus ``apply()``, through
+  the FileSystem backend, journal included for atomic mode;
+- ``mcp call`` — the same through a real in-process MCP session (gateway, policy
+  check, operation record, JSON both ways, diffs in the result).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN = REPO / "plugins" / "patch"
+sys.path.insert(0, str(PLUGIN))
+
+from conformance.helper import TEST_PLUGINS, helper_argv, helper_env, real_fs_installed  # noqa: E402
+from conformance.oracle import OracleUnavailable, ensure_oracle  # noqa: E402
+
+
+def big_file_case() -> tuple[dict[str, str], str]:
+    """~730 KB, 20,000 lines; one Update section, 200 chunks of 2+2 context lines
+    replacing one line with two (the shape of apply-patch.md §13's first case)."""
+    lines = []
+    for i in range(2000):
+        lines += [
+            f"def function_{i}(arg):",
+            f'    """Compute the value for function number {i} from its argument."""',
+            f"    value = arg + {i}  # offset by the function number, see the design notes",
+            f"    if value > {i * 2}:",
+            "        value -= 1",
+            f'    result = compute(value, scale={i % 7}, name="function_{i}", retries=3)',
+            f'    log("function_{i} returned", result, level="debug")',
+            "    return result",
+            "",
+            "",
+        ]
+    text = "\n".join(lines) + "\n"
+    body = []
+    for i in range(0, 2000, 10):
+        body += [
+            f"@@ def function_{i}(arg):",
+            f'     """Compute the value for function number {i} from its argument."""',
+            f"     value = arg + {i}  # offset by the function number, see the design notes",
+            f"-    if value > {i * 2}:",
+            f"+    if value >= {i * 2}:",
+            "+        value += 0",
+            "         value -= 1",
+            f'     result = compute(value, scale={i % 7}, name="function_{i}", retries=3)',
+        ]
+    patch = "\n".join(["*** Begin Patch", "*** Update File: big.py", *body, "*** End Patch"])
+    return {"big.py": text}, patch
+
+
+def many_files_case() -> tuple[dict[str, str], str]:
+    """200 files of 30 lines in 10 directories; one 1-line replacement in each."""
+    files = {}
+    body = []
+    for n in range(200):
+        path = f"dir{n % 10}/file{n}.py"
+        files[path] = "".join(f"    line {k} of module {n}: representative text\n" for k in range(30))
+        body += [f"*** Update File: {path}", "@@", f"     line 14 of module {n}: representative text",
+                 f"-    line 15 of module {n}: representative text",
+                 f"+    line 15 of module {n}: changed text", f"     line 16 of module {n}: representative text"]
+    return files, "\n".join(["*** Begin Patch", *body, "*** End Patch"])
+
+
+def reset(root: Path, files: dict[str, str]) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def expect(root: Path, want: dict[str, bytes]) -> None:
+    for rel, data in want.items():
+        got = (root / rel).read_bytes()
+        if got != data:
+            raise SystemExit(f"benchmark result differs from codex's in {rel}")
+
+
+def timed_process(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed: {done.stderr.decode()[:500]}")
+    return elapsed
+
+
+async def in_server(root: Path, state: Path, patch: str, mode: str, backend: str) -> float:
+    from codespace.contract import PatchRequest
+    from codespace.plugins import Plugins
+    from codespace.workspace import Workspace
+    from codespace_patch.backend import PatchBackend
+
+    workspace = Workspace.open(root, state_dir=state)
+    fs, _ = Plugins.load(allow=["fs" if backend == "real" else "patch_testfs"], builtins=(), env={}).filesystem(workspace)
+    patcher = PatchBackend(workspace.limits.max_file_bytes)  # fresh: no parse cache from an earlier run
+    request = PatchRequest(patch=patch, mode=mode, cwd=str(workspace.root))
+    journal = workspace.ensure_state_dir() / "patch-journal"
+    start = time.perf_counter()
+    patcher.plan(patch, str(workspace.root))
+    await patcher.apply(request, fs, journal)
+    return time.perf_counter() - start
+
+
+async def mcp_call(client, patch: str) -> float:  # noqa: ANN001
+    start = time.perf_counter()
+    result = await client.call_tool("apply_patch", {"patch": patch})
+    elapsed = time.perf_counter() - start
+    if result.is_error:
+        raise SystemExit(f"mcp apply_patch failed: {result.content[0].text[:500]}")
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--backend", choices=["auto", "test", "real"], default="auto")
+    args = parser.parse_args()
+    backend = ("real" if real_fs_installed() else "test") if args.backend == "auto" else args.backend
+    if backend == "test":
+        sys.path.insert(0, str(TEST_PLUGINS))
+    try:
+        codex = ensure_oracle(fetch=True, log=lambda m: print(m, file=sys.stderr))
+    except OracleUnavailable as exc:
+        print(f"patch_bench: {exc}", file=sys.stderr)
+        return 2
+    from codespace.testing import build_app, connect
+
+    base = Path(tempfile.mkdtemp(prefix="patch-bench-"))
+    home = base / "home"
+    home.mkdir()
+    codex_env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    helper_cmd = helper_argv(backend)
+    h_env = helper_env(str(base / "helper-state"), str(home), backend)
+    print(f"patch_bench: {args.runs} interleaved runs, medians in ms; FileSystem backend: "
+          f"{'codespace-fs' if backend == 'real' else 'tests/plugins patch_testfs (plain os calls)'}; "
+          f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+
+    async def run_case(name: str, files: dict[str, str], patch: str) -> None:
+        root = base / "ws"
+        times: dict[str, list[float]] = {k: [] for k in
+                                         ("codex", "helper", "in-server atomic", "in-server upstream", "mcp call")}
+        reset(root, files)
+        timed_process([str(codex), "--codex-run-as-apply-patch", patch], root, codex_env)
+        want = {rel: (root / rel).read_bytes() for rel in files}
+        mcp_root = base / "mcp-ws"
+        reset(mcp_root, files)
+        app = build_app(mcp_root, state_dir=base / "mcp-state",
+                        plugins=("patch", "fs" if backend == "real" else "patch_testfs"))
+        async with connect(app) as client:
+            for _ in range(args.runs):
+                reset(root, files)
+                times["codex"].append(timed_process([str(codex), "--codex-run-as-apply-patch", patch], root, codex_env))
+                reset(root, files)
+                times["helper"].append(timed_process([*helper_cmd, patch], root, h_env))
+                expect(root, want)
+                for mode in ("atomic", "upstream"):
+                    reset(root, files)
+                    times[f"in-server {mode}"].append(await in_server(root, base / "state", patch, mode, backend))
+                    expect(root, want)
+                reset(mcp_root, files)
+                times["mcp call"].append(await mcp_call(client, patch))
+                expect(mcp_root, want)
+        medians = {k: statistics.median(v) * 1000 for k, v in times.items()}
+        size = sum(len(t.encode()) for t in files.values()) // 1024
+        print(f"\n{name}  ({len(files)} file(s), {size} KB; patch {patch.count(chr(10)) + 1} lines / "
+              f"{len(patch.encode()) // 1024} KB)")
+        for key, value in medians.items():
+            ratio = value / medians["codex"]
+            spread = f"[{min(times[key]) * 1000:.1f} .. {max(times[key]) * 1000:.1f}]"
+            print(f"  {key:20s} {value:8.1f} ms  {ratio:5.2f}x codex  {spread}")
+
+    try:
+        asyncio.run(run_case("one 20,000-line file, 200 chunks", *big_file_case()))
+        asyncio.run(run_case("200 files in 10 directories, 200 Update sections", *many_files_case()))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

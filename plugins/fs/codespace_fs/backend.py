@@ -1,0 +1,145 @@
+"""The FileSystem backend: the contract's async methods over the blocking mechanisms.
+
+Where the work runs. A hop to a worker thread costs more than a small read or a
+stat does (see benchmarks/README-fs.md), so small, bounded work runs inline on the
+event loop: stat, kind, make_dir, a non-recursive remove, reads of files up to
+``INLINE_READ_BYTES`` and listings of small directories. Work that can be long
+runs on a worker thread: walks and recursive removals through
+:func:`codespace.threads.run_cancellable` (a cancelled call stops the walk
+between directories instead of running on unseen), writes (they fsync), moves,
+big reads and big listings.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from typing import TYPE_CHECKING
+
+import anyio.to_thread
+
+from codespace.contract import (
+    FileKind,
+    ListDirRequest,
+    ListDirResult,
+    MakeDirRequest,
+    MakeDirResult,
+    MoveRequest,
+    MoveResult,
+    ReadFileRequest,
+    ReadFileResult,
+    RemoveRequest,
+    RemoveResult,
+    StatRequest,
+    StatResult,
+    WalkRequest,
+    WalkResult,
+    WriteFileRequest,
+    WriteFileResult,
+)
+from codespace.threads import run_cancellable
+
+from . import listing, moving, reading, removing, walking, writing
+from .resolve import Confinement, Mode
+
+if TYPE_CHECKING:
+    from codespace.workspace import Workspace
+
+INLINE_READ_BYTES = 256 * 1024
+INLINE_DIR_BYTES = 32 * 1024  # a directory's st_size; roughly 500-1000 entries on ext4
+
+
+class FsBackend:
+    """Confined, no-follow file I/O for one workspace."""
+
+    def __init__(self, workspace: Workspace, mode: Mode) -> None:
+        self.workspace = workspace
+        self.limits = workspace.limits
+        self.conf = Confinement(workspace, mode)
+
+    @property
+    def mode(self) -> Mode:
+        return self.conf.mode
+
+    # -- reads ---------------------------------------------------------------------
+
+    async def read_file(self, request: ReadFileRequest) -> ReadFileResult:
+        limits = self.limits
+        fd, st, _ = reading.open_regular(self.conf, request.path, need="read", follow=True, action="read")
+        run = partial(
+            reading.read_file_from, fd, st, request, max_file_bytes=limits.max_file_bytes,
+            default_max_bytes=limits.max_read_bytes,
+        )
+        if st.st_size <= INLINE_READ_BYTES:
+            return run()
+        return await _in_thread(run, fd)
+
+    async def read_bytes(self, path: str, *, max_bytes: int, follow_symlink: bool = False) -> bytes:
+        fd, st, _ = reading.open_regular(self.conf, path, need="read", follow=follow_symlink, action="read")
+        run = partial(reading.read_bytes_from, fd, st, path, max_bytes)
+        if st.st_size <= INLINE_READ_BYTES:
+            return run()
+        return await _in_thread(run, fd)
+
+    async def list_dir(self, request: ListDirRequest) -> ListDirResult:
+        fd, st = listing.open_dir(self.conf, request.path)
+        run = partial(listing.list_dir_from, fd, request, max_entries=self.limits.walk_max_entries)
+        if st.st_size <= INLINE_DIR_BYTES:
+            return run()
+        return await _in_thread(run, fd)
+
+    async def walk(self, request: WalkRequest) -> WalkResult:
+        return await run_cancellable(lambda cancel: walking.walk(self.conf, request, self.limits, cancel))
+
+    async def stat(self, request: StatRequest) -> StatResult:
+        return listing.stat_path(self.conf, request)
+
+    async def kind(self, path: str) -> FileKind | None:
+        return listing.kind(self.conf, path)  # type: ignore[return-value]
+
+    # -- changes -------------------------------------------------------------------
+
+    async def write_file(self, request: WriteFileRequest) -> WriteFileResult:
+        return await anyio.to_thread.run_sync(
+            partial(writing.write_file, self.conf, request, max_file_bytes=self.limits.max_file_bytes)
+        )
+
+    async def write_bytes(
+        self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False
+    ) -> None:
+        await anyio.to_thread.run_sync(partial(
+            writing.write_atomic, self.conf, path, data, max_file_bytes=self.limits.max_file_bytes,
+            create_parents=create_parents, follow_symlink=follow_symlink,
+        ))
+
+    async def make_dir(self, request: MakeDirRequest) -> MakeDirResult:
+        return writing.make_dir(self.conf, request)
+
+    async def move(self, request: MoveRequest) -> MoveResult:
+        return await run_cancellable(lambda cancel: moving.move(self.conf, request, cancel))
+
+    async def remove(self, request: RemoveRequest) -> RemoveResult:
+        if not request.recursive:
+            return removing.remove(self.conf, request)
+        return await run_cancellable(lambda cancel: removing.remove(self.conf, request, cancel))
+
+    async def delete_file(self, path: str) -> None:
+        removing.delete_file(self.conf, path)
+
+
+async def _in_thread(run, fd: int):  # noqa: ANN001, ANN202
+    """``run()`` (which closes ``fd``) on a worker thread; if the call is cancelled
+    before the thread starts, the fd is closed here instead."""
+    started = False
+
+    def body():  # noqa: ANN202
+        nonlocal started
+        started = True
+        return run()
+
+    try:
+        return await anyio.to_thread.run_sync(body)
+    except BaseException:
+        if not started:
+            os.close(fd)
+        raise

@@ -1,0 +1,77 @@
+"""Glob filters and ``.gitignore`` semantics for walks, matched by ``pathspec``.
+
+Hand-written gitignore matching gets the corner cases wrong (``**``, anchoring,
+directory-only patterns, negation); pathspec's ``GitIgnoreSpec`` follows git's
+own rules, including "the last matching pattern wins" within one file. Between
+files, a deeper ``.gitignore`` overrides a shallower one, then
+``.git/info/exclude``, as git does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import pathspec
+
+from codespace.contract import FsError
+
+from .reading import open_regular_at, read_all
+
+log = logging.getLogger(__name__)
+
+MAX_IGNORE_FILE = 1024 * 1024
+
+
+def compile_globs(patterns: list[str], field: str) -> pathspec.GitIgnoreSpec | None:
+    if not patterns:
+        return None
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(patterns)
+    except (ValueError, TypeError) as exc:  # pathspec's pattern errors are ValueErrors
+        raise FsError(
+            f"{field} holds a pattern gitignore syntax cannot parse ({exc}). To proceed: fix the pattern, e.g. "
+            "'*.py', 'src/**/*.ts', 'build/'.", code="invalid_pattern", details={"field": field},
+        ) from None
+
+
+def matches(spec: pathspec.GitIgnoreSpec, rel: str, is_dir: bool) -> bool:
+    return spec.match_file(rel + "/" if is_dir else rel)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One ignore file: ``prefix`` + the entry's path after ``strip`` characters is
+    the path relative to the file's directory."""
+
+    strip: int
+    prefix: str
+    spec: pathspec.GitIgnoreSpec
+
+
+def load_at(dirfd: int, name: str, shown: str) -> pathspec.GitIgnoreSpec | None:
+    """The patterns of ignore file ``name`` in an open directory (never following a
+    link); None when absent or unreadable."""
+    try:
+        fd, st = open_regular_at(dirfd, name, shown, "read")
+    except FsError:
+        return None
+    try:
+        data = read_all(fd, st.st_size, MAX_IGNORE_FILE, shown)
+    except (OSError, FsError) as exc:
+        log.info("ignoring %s: %s", shown, exc)
+        return None
+    finally:
+        os.close(fd)
+    lines = data.decode("utf-8", "surrogateescape").splitlines()
+    return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+
+
+def ignored(scopes: tuple[Scope, ...], rel: str, is_dir: bool) -> bool:
+    candidate = rel + "/" if is_dir else rel
+    for scope in reversed(scopes):
+        result = scope.spec.check_file(scope.prefix + candidate[scope.strip:])
+        if result.include is not None:
+            return result.include
+    return False

@@ -1,0 +1,79 @@
+"""The hooks: the FileSystem backend for a workspace, and what ``codespace doctor`` shows."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from functools import cache
+from typing import TYPE_CHECKING
+
+from codespace import hookimpl
+
+from . import kernel
+from .resolve import MODE_ENV, Mode, choose_mode
+
+if TYPE_CHECKING:
+    from codespace.doctor import Check
+    from codespace.workspace import Workspace
+
+    from .backend import FsBackend
+
+log = logging.getLogger(__name__)
+
+
+@cache
+def _mode(requested: str | None) -> tuple[Mode, str]:
+    mode, why = choose_mode(requested)
+    log.info("codespace-fs: path resolution by %s (%s)", mode, why)
+    return mode, why
+
+
+@hookimpl
+def codespace_filesystem(workspace: Workspace) -> FsBackend:
+    from .backend import FsBackend
+
+    mode, _ = _mode(os.environ.get(MODE_ENV))
+    return FsBackend(workspace, mode)
+
+
+@hookimpl
+def codespace_doctor(workspace: Workspace) -> list[Check]:
+    from codespace.doctor import Check
+
+    available, why = kernel.openat2_available()
+    mode, reason = _mode(os.environ.get(MODE_ENV))
+    checks = [
+        Check(
+            "fs openat2", available, why,
+            "" if available else "Linux >= 5.6 gives openat2; the component-by-component fallback is in use and is "
+            "as strict, one syscall per path component slower",
+        ),
+        Check("fs resolution", True, f"{mode}: {reason}"),
+    ]
+    try:
+        fd = os.open(str(workspace.root), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.readlink(f"/proc/self/fd/{fd}")
+            proc_ok, proc_detail = True, "/proc/self/fd readable (links followed inside the root are re-checked)"
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        proc_ok, proc_detail = False, f"/proc/self/fd unusable: {exc.strerror}"
+    checks.append(Check(
+        "fs /proc/self/fd", proc_ok, proc_detail,
+        "" if proc_ok else "mount /proc; without it links are refused in openat2 mode and reads re-open by name",
+    ))
+    try:
+        kernel.renameat2(-100, b"/nonexistent-codespace-probe", -100, b"/nonexistent-codespace-probe2",
+                         kernel.RENAME_NOREPLACE)
+    except OSError as exc:
+        rn_ok = exc.errno == errno.ENOENT
+        checks.append(Check(
+            "fs renameat2", rn_ok, "RENAME_NOREPLACE available" if rn_ok else f"renameat2: {exc.strerror}",
+            "" if rn_ok else "moves without overwrite fall back to check-then-rename",
+        ))
+    checks.append(Check(
+        "fs symlink policy", True, f"filesystem.symlinks = {workspace.policy.filesystem.symlinks!r}",
+    ))
+    return checks

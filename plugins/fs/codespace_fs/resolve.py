@@ -1,0 +1,416 @@
+"""Confinement: every path is resolved beneath an open directory fd of its root.
+
+The gateway has checked the agent's path *as text* (and as it resolved at that
+moment). Between that check and our use the tree can change: a directory swapped
+for a symbolic link, a link retargeted. So nothing here resolves a string and then
+opens it. Each operation starts from an fd of the root the policy grants access
+under and lets the kernel walk the rest with ``openat2(RESOLVE_BENEATH |
+RESOLVE_NO_MAGICLINKS)``: absolute links, ``..`` leaving the root and magic links
+(``/proc/self/root``...) fail inside the kernel, atomically with the lookup. On
+kernels without openat2 the same walk is done one component at a time with
+``openat(O_NOFOLLOW)`` from fds we hold, interpreting links ourselves.
+
+Links. Policy ``filesystem.symlinks``:
+- ``within_root`` (default): a link is followed when its target stays beneath the
+  root (relative target, kernel-enforced); the object reached is then checked
+  against the policy again, from the fd's real path, so a link inside the
+  workspace cannot reach ``.git/config`` for a write or a ``none`` area for a read.
+  Under the root ``/`` (paths outside the workspace) absolute targets stay inside
+  too and are followed (``RESOLVE_IN_ROOT``), then re-checked the same way.
+- ``never``: any link met while resolving is refused (``RESOLVE_NO_SYMLINKS``).
+Operations that change a name (write, create, move, remove) never follow a link
+at the leaf; they act through the parent directory's fd with ``*at`` calls.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from codespace.contract import FsError
+
+from . import errors, kernel
+
+if TYPE_CHECKING:
+    from codespace.policy.paths import PathRules
+    from codespace.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+Need = Literal["read", "write"]
+Mode = Literal["openat2", "openat"]
+
+MODE_ENV = "CODESPACE_FS_RESOLVER"
+MAX_LINKS = 40  # the kernel's own limit on links followed in one lookup
+RETRIES = 8  # lookups of one component that keeps changing under us before giving up
+
+O_CLOEXEC = os.O_CLOEXEC
+O_PATH = os.O_PATH
+O_DIR = os.O_DIRECTORY
+O_NOFOLLOW = os.O_NOFOLLOW
+
+
+@dataclass(frozen=True)
+class Root:
+    """The directory a path is confined to: the workspace root, or the deepest
+    policy entry granting access to a path outside it."""
+
+    path: str
+    fd: int
+    owned: bool
+
+    @property
+    def is_fs_root(self) -> bool:
+        return self.path == "/"
+
+    def rel(self, path: str) -> str:
+        if self.path == "/":
+            return path[1:]
+        return path[len(self.path) + 1:]
+
+    def join(self, rel: str) -> str:
+        if not rel:
+            return self.path
+        return ("/" if self.path == "/" else self.path + "/") + rel
+
+    def close(self) -> None:
+        if self.owned:
+            os.close(self.fd)
+
+
+@dataclass
+class Opened:
+    """An fd for the object a path reached, and the path the policy judged it by."""
+
+    fd: int
+    path: str
+    followed: bool
+
+
+def choose_mode(requested: str | None = None) -> tuple[Mode, str]:
+    available, why = kernel.openat2_available()
+    requested = (requested or "").strip().lower()
+    if requested == "openat":
+        return "openat", f"forced by {MODE_ENV}=openat ({why})"
+    if requested not in ("", "openat2", "auto"):
+        log.warning("%s=%r is not one of auto, openat2, openat; using auto", MODE_ENV, requested)
+    if available:
+        return "openat2", why
+    return "openat", f"fallback: {why}"
+
+
+class Confinement:
+    """Resolution of policy-checked absolute paths, confined to their roots."""
+
+    def __init__(self, workspace: Workspace, mode: Mode) -> None:
+        self.workspace_root = str(workspace.root)
+        self.rules: PathRules = workspace.paths
+        self.follow_links = workspace.policy.filesystem.symlinks == "within_root"
+        self.mode: Mode = mode
+        self._ws_fd: int | None = None
+        self._lock = threading.Lock()
+        self._ws_prefix = self.workspace_root.rstrip("/") + "/"
+
+    # -- roots -------------------------------------------------------------------
+
+    def _workspace_fd(self) -> int:
+        fd = self._ws_fd
+        # Held for the server's life so a root path later swapped for a link is not
+        # re-resolved; reopened only if the directory itself was deleted.
+        if fd is not None and os.fstat(fd).st_nlink > 0:
+            return fd
+        with self._lock:
+            if self._ws_fd is None or os.fstat(self._ws_fd).st_nlink == 0:
+                # The old fd is deliberately not closed: another thread may hold it.
+                self._ws_fd = os.open(self.workspace_root, O_PATH | O_DIR | O_CLOEXEC)
+            return self._ws_fd
+
+    def root_for(self, path: str) -> Root:
+        if path == self.workspace_root or path.startswith(self._ws_prefix):
+            return Root(self.workspace_root, self._workspace_fd(), owned=False)
+        rule = self.rules.match(path)
+        if rule is None or rule.access == "none":
+            # The gateway refuses these first; this keeps the backend safe on its own.
+            rule_name = rule.source if rule is not None else "filesystem.paths (no entry)"
+            raise errors.refused(
+                f"no policy entry grants access to {path} ({rule_name})", path=path, rule=rule_name,
+                hint="use paths the policy allows (see workspace_info)",
+            )
+        candidate = rule.path
+        while True:
+            try:
+                fd = os.open(candidate, O_PATH | O_DIR | O_CLOEXEC)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or candidate == "/":
+                    raise errors.os_error(exc, candidate, "open the policy root") from exc
+                # The entry names a file or a directory yet to be created: confine to
+                # its nearest existing directory instead.
+                candidate = os.path.dirname(candidate)
+                continue
+            return Root(candidate, fd, owned=True)
+
+    # -- resolution ----------------------------------------------------------------
+
+    def open(self, path: str, flags: int, *, need: Need, follow_last: bool, action: str) -> Opened:
+        """Open ``path`` with ``flags`` (O_PATH, O_RDONLY|O_DIRECTORY...), links inside
+        the root followed per policy; re-check the object reached when a link was
+        followed."""
+        root = self.root_for(path)
+        try:
+            return self._open_in(root, path, root.rel(path), flags, need=need, follow_last=follow_last, action=action)
+        finally:
+            root.close()
+
+    def open_parent(self, path: str, *, need: Need, action: str) -> tuple[Opened, str]:
+        """An ``O_RDONLY|O_DIRECTORY`` fd of ``path``'s parent and the leaf name; the
+        returned ``Opened.path`` is the path the leaf will have (for messages and the
+        policy)."""
+        root = self.root_for(path)
+        try:
+            rel = root.rel(path)
+            if not rel:
+                raise errors.root_refused(path, action)
+            parent_rel, _, name = rel.rpartition("/")
+            parent = self._open_in(
+                root, root.join(parent_rel), parent_rel, os.O_RDONLY | O_DIR, need=need, follow_last=True,
+                action=action, leaf=name,
+            )
+            return parent, name
+        finally:
+            root.close()
+
+    def _open_in(
+        self, root: Root, path: str, rel: str, flags: int, *, need: Need, follow_last: bool, action: str,
+        leaf: str | None = None,
+    ) -> Opened:
+        if not follow_last:
+            flags |= O_NOFOLLOW
+        try:
+            if self.mode == "openat2":
+                fd, followed = self._openat2(root, rel, flags)
+                real_rel = self._real_rel(root, fd) if followed else rel
+            else:
+                fd, followed, real_rel = self._walk(root, rel, flags, follow_last)
+        except OSError as exc:
+            raise self._explain(exc, root, rel, path if leaf is None else f"{path.rstrip('/')}/{leaf}", action) from exc
+        if not followed:
+            return Opened(fd, path if leaf is None else _join(path, leaf), False)
+        target = root.join(real_rel)
+        if leaf is not None:
+            target = _join(target, leaf)
+        refusal = self.rules.check_exact(target, need)
+        if refusal is not None:
+            os.close(fd)
+            shown = path if leaf is None else _join(path, leaf)
+            raise errors.refused(
+                f"{shown} leads through a symbolic link to {target}: {refusal.message}",
+                path=shown, rule=refusal.rule,
+                hint=("write somewhere the policy makes writable (see workspace_info)" if need == "write"
+                      else "read only paths the policy allows (see workspace_info)"),
+            )
+        return Opened(fd, target, True)
+
+    def _openat2(self, root: Root, rel: str, flags: int) -> tuple[int, bool]:
+        path = os.fsencode(rel) if rel else b"."
+        base = kernel.RESOLVE_NO_MAGICLINKS | (kernel.RESOLVE_IN_ROOT if root.is_fs_root else kernel.RESOLVE_BENEATH)
+        try:
+            # Links are rare: try without following any, and learn whether the path
+            # had one (ELOOP) at the cost of a second lookup only then.
+            return kernel.openat2(root.fd, path, flags, base | kernel.RESOLVE_NO_SYMLINKS), False
+        except OSError as exc:
+            if exc.errno != errno.ELOOP or not self.follow_links:
+                raise
+        return kernel.openat2(root.fd, path, flags, base), True
+
+    def _real_rel(self, root: Root, fd: int) -> str:
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            root_real = os.readlink(f"/proc/self/fd/{root.fd}")
+        except OSError as exc:
+            os.close(fd)
+            raise OSError(errno.ELOOP, "cannot tell where a symbolic link led: /proc/self/fd is unavailable") from exc
+        if root_real == "/":
+            return real.lstrip("/")
+        if real == root_real:
+            return ""
+        if not real.startswith(root_real + "/"):  # pragma: no cover - RESOLVE_BENEATH guarantees it
+            os.close(fd)
+            raise OSError(errno.EXDEV, f"resolved outside the root: {real}")
+        return real[len(root_real) + 1:]
+
+    def _walk(self, root: Root, rel: str, flags: int, follow_last: bool) -> tuple[int, bool, str]:
+        """The fallback: one ``openat(O_NOFOLLOW)`` per component from fds we hold.
+        ``..`` pops our own stack (never ``openat("..")``, which a directory moved
+        out of the root would let escape); links are read and spliced in."""
+        todo = [p for p in reversed(rel.split("/")) if p] if rel else []
+        fds = [root.fd]
+        names: list[str] = []
+        followed = False
+        links = 0
+        result = -1
+        try:
+            while todo:
+                name = todo.pop()
+                if name == ".":
+                    continue
+                if name == "..":
+                    if not names:
+                        if root.is_fs_root:
+                            continue
+                        raise OSError(errno.EXDEV, "a symbolic link leads out of the root")
+                    os.close(fds.pop())
+                    names.pop()
+                    continue
+                last = not todo
+                cur = fds[-1]
+                target = None
+                step = (flags | O_NOFOLLOW if last else O_PATH | O_DIR | O_NOFOLLOW) | O_CLOEXEC
+                for attempt in range(RETRIES):
+                    try:
+                        fd = os.open(name, step, dir_fd=cur)
+                        break
+                    except OSError as exc:
+                        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                            raise
+                        try:
+                            target = os.readlink(name, dir_fd=cur)
+                        except OSError:
+                            # Not a link (any more). If it is a directory or a link now,
+                            # it was swapped between the two calls: look again. Anything
+                            # else (a file on the path) is the open's own error.
+                            if not _swapping_at(cur, name):
+                                raise exc from None
+                            if attempt < RETRIES - 1:
+                                continue
+                            raise OSError(errno.EAGAIN, "the path kept changing while it was resolved") from None
+                        if last and not follow_last:
+                            raise
+                        fd = -1
+                        break
+                if fd >= 0:
+                    if last and follow_last and flags & O_PATH and stat.S_ISLNK(os.fstat(fd).st_mode):
+                        target = _readlink_at(cur, name)
+                        os.close(fd)
+                        if target is None:  # pragma: no cover - replaced between open and readlink
+                            raise OSError(errno.ENOENT, "the path changed while it was resolved")
+                    elif last:
+                        result = fd
+                        return fd, followed, "/".join([*names, name])
+                    else:
+                        fds.append(fd)
+                        names.append(name)
+                        continue
+                if not self.follow_links:
+                    raise OSError(errno.ELOOP, "symbolic links are refused by policy")
+                here = root.join("/".join(names))
+                if here.startswith("/proc/"):
+                    # Links under /proc/<pid> are the kernel's magic links (fd/N, cwd,
+                    # root, exe): their text is not where they lead. Refuse, as
+                    # RESOLVE_NO_MAGICLINKS does.
+                    raise OSError(errno.ELOOP, "magic link under /proc")
+                links += 1
+                if links > MAX_LINKS:
+                    raise OSError(errno.ELOOP, "too many levels of symbolic links")
+                followed = True
+                if target.startswith("/"):
+                    if not root.is_fs_root:
+                        raise OSError(errno.EXDEV, "an absolute symbolic link leaves the root")
+                    while len(fds) > 1:
+                        os.close(fds.pop())
+                    names.clear()
+                todo.extend(p for p in reversed(target.split("/")) if p)
+            # The path ended on a directory we hold (the root itself, or a link to "..").
+            result = os.open(".", (flags & ~O_NOFOLLOW) | O_CLOEXEC, dir_fd=fds[-1])
+            return result, followed, "/".join(names)
+        finally:
+            for fd in fds[1:]:
+                if fd != result:
+                    os.close(fd)
+
+    # -- messages ------------------------------------------------------------------
+
+    def _explain(self, exc: OSError, root: Root, rel: str, path: str, action: str) -> FsError:
+        code = exc.errno
+        if code == errno.EAGAIN:
+            return FsError(
+                f"cannot {action} {path}: the path kept changing while it was resolved (a directory on it was "
+                "replaced concurrently); nothing was done. To proceed: retry.", path=path, errno=code,
+                code="changed",
+            )
+        if code == errno.EXDEV:
+            link = _first_link(root, rel)
+            where = f": {root.join(link[0])!r} -> {link[1]!r}" if link else ""
+            return errors.refused(
+                f"{path} goes through a symbolic link that is absolute or leads out of {root.path}{where}; links are "
+                f"followed only when they stay inside the root (policy filesystem.symlinks = 'within_root')",
+                path=path, rule="filesystem.symlinks", errno_=errno.EXDEV,
+                hint="use the link's target path directly, so the policy can check it",
+            )
+        if code == errno.ELOOP:
+            link = _first_link(root, rel)
+            if link is None:
+                return errors.refused(
+                    f"{path}: too many levels of symbolic links", path=path, rule="filesystem.symlinks",
+                    errno_=errno.ELOOP, hint="fix the link loop or use the real path",
+                )
+            sub, target = link
+            shown = f"{root.join(sub)!r} -> {target!r}"
+            if root.join(sub).startswith("/proc/"):
+                return errors.refused(
+                    f"{path} goes through a /proc magic link ({shown}), which can lead anywhere", path=path,
+                    rule="filesystem.symlinks", errno_=errno.ELOOP, hint="use the real path instead",
+                )
+            if not self.follow_links:
+                return errors.refused(
+                    f"{path} goes through a symbolic link ({shown}) and policy filesystem.symlinks = 'never' "
+                    "refuses every link", path=path, rule="filesystem.symlinks", errno_=errno.ELOOP,
+                    hint="use the real path without links",
+                )
+            if sub == rel:
+                return errors.leaf_link(path, target, action)
+            return errors.refused(
+                f"{path}: too many levels of symbolic links, starting at {shown} (a loop?)", path=path,
+                rule="filesystem.symlinks", errno_=errno.ELOOP, hint="fix the link loop or use the real path",
+            )
+        return errors.os_error(exc, path, action)
+
+
+def _join(parent: str, name: str) -> str:
+    return parent + name if parent.endswith("/") else f"{parent}/{name}"
+
+
+def _swapping_at(dirfd: int, name: str) -> bool:
+    """After open said "not a directory" or "a link" and readlink said "no link":
+    whether ``name`` is a directory or a link *now*, i.e. changing under us."""
+    try:
+        mode = os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode
+    except OSError:
+        return True  # gone: changed under us too
+    return stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
+
+
+def _readlink_at(dirfd: int, name: str) -> str | None:
+    try:
+        return os.readlink(name, dir_fd=dirfd)
+    except OSError:
+        return None
+
+
+def _first_link(root: Root, rel: str) -> tuple[str, str] | None:
+    """For the message only (the refusal has already happened): the first link on
+    the path and its text. Best effort, by plain lstat."""
+    parts = [p for p in rel.split("/") if p]
+    for i in range(1, len(parts) + 1):
+        sub = "/".join(parts[:i])
+        try:
+            st = os.stat(sub, dir_fd=root.fd, follow_symlinks=False)
+        except OSError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return sub, _readlink_at(root.fd, sub) or "?"
+    return None

@@ -1,0 +1,365 @@
+"""Writes and directory creation, through the parent directory's fd.
+
+A write never modifies a file in place: the new content goes to a temporary file
+in the same directory, is fsync'ed, and replaces the name with ``renameat``; then
+the directory is fsync'ed. A crash (kill -9, power loss) leaves the old content or
+the new one, never a mix, and a hard link to some other file is replaced rather
+than written through. The name is never followed: a link at the leaf is refused
+(``write_bytes(follow_symlink=True)`` resolves it first, inside the root, and
+writes the target the same way).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import errno
+import hashlib
+import os
+import secrets
+import stat
+
+from codespace.contract import FsError, MakeDirRequest, MakeDirResult, WriteFileRequest, WriteFileResult
+
+from . import errors, kernel
+from .reading import CHUNK, kind_of, open_regular_at
+from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, O_PATH, Confinement, Opened
+
+TMP_SUFFIX = ".codespace-tmp"
+_DIR_FLAGS = os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC
+
+
+def decode_content(request: WriteFileRequest) -> bytes:
+    if request.encoding == "text":
+        try:
+            return request.content.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise FsError(
+                f"content holds a lone surrogate at character {exc.start}, which UTF-8 cannot encode. To proceed: "
+                "send valid text, or the bytes with encoding='base64'.", path=request.path, code="invalid_content",
+            ) from None
+    try:
+        return base64.b64decode(request.content, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise FsError(
+            f"content is not valid base64 ({exc}). To proceed: encode the bytes with standard base64 (A-Z a-z 0-9 + /, "
+            "'=' padding) or send text with encoding='text'.", path=request.path, code="invalid_content",
+        ) from None
+
+
+def write_file(conf: Confinement, request: WriteFileRequest, *, max_file_bytes: int) -> WriteFileResult:
+    data = decode_content(request)
+    return write_atomic(
+        conf, request.path, data, max_file_bytes=max_file_bytes, expected_sha256=request.expected_sha256,
+        must_not_exist=request.must_not_exist, create_parents=request.create_parents,
+    )
+
+
+def write_atomic(
+    conf: Confinement,
+    path: str,
+    data: bytes,
+    *,
+    max_file_bytes: int,
+    expected_sha256: str | None = None,
+    must_not_exist: bool = False,
+    create_parents: bool = False,
+    follow_symlink: bool = False,
+) -> WriteFileResult:
+    if len(data) > max_file_bytes:
+        raise FsError(
+            f"cannot write {path}: the content is {len(data)} bytes and the limit (limits.max_file_bytes) is "
+            f"{max_file_bytes}. To proceed: write a smaller file.", path=path, errno=errno.EFBIG,
+        )
+    if follow_symlink:
+        path = _follow_leaf(conf, path)
+    if create_parents:
+        parent = ensure_dir(conf, _dirname(path), "write")
+        name = path.rsplit("/", 1)[1]
+        if parent.followed:
+            try:
+                _check(conf, _join(parent.path, name), path)
+            except FsError:
+                os.close(parent.fd)
+                raise
+    else:
+        parent, name = conf.open_parent(path, need="write", action="write")
+    try:
+        return _replace(parent.fd, name, path, data, expected_sha256, must_not_exist)
+    finally:
+        os.close(parent.fd)
+
+
+def _replace(
+    dirfd: int, name: str, path: str, data: bytes, expected: str | None, must_not_exist: bool
+) -> WriteFileResult:
+    before = _lstat_at(dirfd, name, path)
+    previous = None
+    if before is not None:
+        kind = kind_of(before.st_mode)
+        if kind == "symlink":
+            raise errors.leaf_link(path, _readlink_at(dirfd, name), "write")
+        if kind != "file":
+            raise errors.not_regular(path, kind, "write")
+        if must_not_exist:
+            raise FsError(
+                f"cannot write {path}: it already exists and must_not_exist=true. To proceed: read it first, then "
+                "write with expected_sha256, or choose another name.", path=path, errno=errno.EEXIST,
+            )
+        previous = _hash_at(dirfd, name, path)
+    if expected is not None:
+        _check_expected(path, expected, previous)
+
+    tmp = f".{secrets.token_hex(8)}{TMP_SUFFIX}"
+    mode = stat.S_IMODE(before.st_mode) if before is not None else 0o666
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode, dir_fd=dirfd)
+    except OSError as exc:
+        raise errors.os_error(exc, path, "write") from exc
+    try:
+        try:
+            _write_all(fd, data)
+            if before is not None:
+                # O_CREAT applied the umask; an existing file keeps its exact mode
+                # (and owner, when we are allowed to set it).
+                os.fchmod(fd, mode)
+                if (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
+                    try:
+                        os.fchown(fd, before.st_uid, before.st_gid)
+                    except PermissionError:
+                        pass
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if expected is not None:
+            # Narrow the window between the hash check and the rename: if the file
+            # changed meanwhile, hash it again.
+            now = _lstat_at(dirfd, name, path)
+            if not _same_version(before, now):
+                current = _hash_at(dirfd, name, path) if now is not None and stat.S_ISREG(now.st_mode) else None
+                _check_expected(path, expected, current)
+        if must_not_exist:
+            _rename_noreplace(dirfd, tmp, name, path)
+        else:
+            os.rename(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp, dir_fd=dirfd)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise errors.os_error(exc, path, "write") from exc
+        raise
+    _fsync_quietly(dirfd)
+    return WriteFileResult(
+        path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), created=before is None,
+        previous_sha256=previous,
+    )
+
+
+def _fsync_quietly(dirfd: int) -> None:
+    try:
+        os.fsync(dirfd)
+    except OSError:  # pragma: no cover - some file systems refuse directory fsync
+        pass
+
+
+def _check_expected(path: str, expected: str, current: str | None) -> None:
+    if current is None:
+        raise FsError(
+            f"refused: {path} does not exist, but expected_sha256 was given. To proceed: drop expected_sha256 to "
+            "create it, or check the path.", path=path, errno=errno.ENOENT, code="stale",
+            details={"expected_sha256": expected, "current_sha256": None},
+        )
+    if current != expected:
+        raise FsError(
+            f"refused: {path} changed since it was read (its SHA-256 is now {current}, not {expected}). To proceed: "
+            "read it again, redo your edit on the current content, and write with the new hash.",
+            path=path, code="stale", details={"expected_sha256": expected, "current_sha256": current},
+        )
+
+
+def _rename_noreplace(dirfd: int, tmp: str, name: str, path: str) -> None:
+    try:
+        kernel.renameat2(dirfd, os.fsencode(tmp), dirfd, os.fsencode(name), kernel.RENAME_NOREPLACE)
+        return
+    except OSError as exc:
+        if exc.errno == errno.EEXIST:
+            raise FsError(
+                f"cannot write {path}: it was created by someone else meanwhile and must_not_exist=true. To proceed: "
+                "read it, then decide.", path=path, errno=errno.EEXIST,
+            ) from None
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise
+    # No RENAME_NOREPLACE on this file system: link(2) also refuses to replace.
+    try:
+        os.link(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd, follow_symlinks=False)
+    except FileExistsError:
+        raise FsError(
+            f"cannot write {path}: it was created by someone else meanwhile and must_not_exist=true.",
+            path=path, errno=errno.EEXIST,
+        ) from None
+    os.unlink(tmp, dir_fd=dirfd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view[:CHUNK * 8])
+        view = view[written:]
+
+
+def _same_version(a: os.stat_result | None, b: os.stat_result | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a.st_ino, a.st_size, a.st_mtime_ns, a.st_ctime_ns) == (b.st_ino, b.st_size, b.st_mtime_ns, b.st_ctime_ns)
+
+
+def _hash_at(dirfd: int, name: str, path: str) -> str:
+    fd, _ = open_regular_at(dirfd, name, path, "read")
+    try:
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, CHUNK):
+            digest.update(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def _lstat_at(dirfd: int, name: str, path: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise errors.os_error(exc, path, "inspect") from exc
+
+
+def _readlink_at(dirfd: int, name: str) -> str | None:
+    try:
+        return os.readlink(name, dir_fd=dirfd)
+    except OSError:
+        return None
+
+
+def _follow_leaf(conf: Confinement, path: str) -> str:
+    """The path a leaf link leads to (inside the root, re-checked for writing), or
+    ``path`` itself when it is no link or does not exist yet."""
+    try:
+        opened = conf.open(path, O_PATH, need="write", follow_last=True, action="write")
+    except FsError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return path
+        raise
+    os.close(opened.fd)
+    return opened.path
+
+
+def _dirname(path: str) -> str:
+    head = path.rsplit("/", 1)[0]
+    return head or "/"
+
+
+def _join(parent: str, name: str) -> str:
+    return parent + name if parent.endswith("/") else f"{parent}/{name}"
+
+
+def _check(conf: Confinement, target: str, shown: str) -> None:
+    refusal = conf.rules.check_exact(target, "write")
+    if refusal is not None:
+        raise errors.refused(
+            f"{shown} leads to {target}: {refusal.message}" if target != shown else refusal.message,
+            path=shown, rule=refusal.rule, hint="write somewhere the policy makes writable (see workspace_info)",
+        )
+
+
+def ensure_dir(conf: Confinement, path: str, action: str) -> Opened:
+    """An ``O_RDONLY|O_DIRECTORY`` fd of directory ``path``, creating what is missing,
+    one ``mkdirat`` at a time under the fd of the level above."""
+    try:
+        return conf.open(path, os.O_RDONLY | O_DIR, need="write", follow_last=True, action=action)
+    except FsError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
+    parent_path = _dirname(path)
+    if parent_path == path:  # pragma: no cover - "/" always exists
+        raise FsError(f"cannot create {path}: no existing ancestor", path=path, errno=errno.ENOENT)
+    parent = ensure_dir(conf, parent_path, action)
+    try:
+        name = path.rsplit("/", 1)[1]
+        target = _join(parent.path, name)
+        _check(conf, target, path)
+        try:
+            os.mkdir(name, 0o777, dir_fd=parent.fd)
+            # The file about to be written is fsync'ed in this new directory; the
+            # directory's own entry must be durable too.
+            _fsync_quietly(parent.fd)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise errors.os_error(exc, path, "create the directory") from exc
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent.fd)
+        except OSError as exc:
+            # Created, then swapped for a link or a file before we opened it.
+            raise errors.os_error(exc, path, "create the directory") from exc
+        return Opened(fd, target, parent.followed)
+    finally:
+        os.close(parent.fd)
+
+
+def make_dir(conf: Confinement, request: MakeDirRequest) -> MakeDirResult:
+    path = request.path
+    root = conf.root_for(path)
+    try:
+        is_root = not root.rel(path)
+    finally:
+        root.close()
+    if is_root:
+        if not request.exist_ok:
+            raise FsError(f"cannot create {path}: it exists (it is the root). To proceed: pass exist_ok=true.",
+                          path=path, errno=errno.EEXIST)
+        return MakeDirResult(path=path, created=False)
+    if request.parents:
+        parent = ensure_dir(conf, _dirname(path), "create the directory")
+        name = path.rsplit("/", 1)[1]
+        if parent.followed:
+            try:
+                _check(conf, _join(parent.path, name), path)
+            except FsError:
+                os.close(parent.fd)
+                raise
+    else:
+        try:
+            parent, name = conf.open_parent(path, need="write", action="create the directory")
+        except FsError as exc:
+            if exc.errno == errno.ENOENT:
+                raise FsError(
+                    f"cannot create {path}: its parent directory does not exist. To proceed: pass parents=true.",
+                    path=path, errno=errno.ENOENT,
+                ) from None
+            raise
+    try:
+        try:
+            os.mkdir(name, 0o777, dir_fd=parent.fd)
+            return MakeDirResult(path=path, created=True)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise errors.os_error(exc, path, "create the directory") from exc
+        st = _lstat_at(parent.fd, name, path)
+        kind = kind_of(st.st_mode) if st is not None else "file"
+        if kind != "directory":
+            what = "a symbolic link" if kind == "symlink" else f"a {kind.replace('_', ' ')}"
+            raise FsError(
+                f"cannot create the directory {path}: {what} of that name exists. To proceed: choose another name "
+                "or remove it first.", path=path, errno=errno.EEXIST, details={"kind": kind},
+            )
+        if not request.exist_ok:
+            raise FsError(
+                f"cannot create {path}: the directory already exists. To proceed: pass exist_ok=true, or use it.",
+                path=path, errno=errno.EEXIST,
+            )
+        return MakeDirResult(path=path, created=False)
+    finally:
+        os.close(parent.fd)

@@ -1,0 +1,222 @@
+"""walk through real MCP sessions: limits and truncation, order, globs, .gitignore,
+hidden entries, directory links, per-entry errors, cancellation."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import anyio
+import pytest
+
+from codespace.contract import WalkRequest
+from codespace.testing import call_error, call_ok, connect
+
+pytestmark = pytest.mark.anyio
+
+
+def make_tree(root, spec: dict) -> None:
+    for name, value in spec.items():
+        path = root / name
+        if isinstance(value, dict):
+            path.mkdir(parents=True, exist_ok=True)
+            make_tree(path, value)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(value)
+
+
+TREE = {
+    "b.txt": "b", "a.py": "a", ".hidden": "h",
+    "src": {"main.py": "m", "util.py": "u", "notes.md": "n", "pkg": {"deep.py": "d", "data.json": "{}"}},
+    ".cache": {"junk.bin": "j"},
+    "docs": {"index.md": "i"},
+}
+
+
+def paths(result) -> list[str]:
+    return [e["path"] for e in result["entries"]]
+
+
+async def test_breadth_first_sorted_and_deterministic(app_factory, ws, mode):
+    make_tree(ws, TREE)
+    async with connect(app_factory(), mode=mode) as client:
+        out = await call_ok(client, "walk", {})
+        again = await call_ok(client, "walk", {"path": "."})
+    assert paths(out) == [
+        ".cache", ".hidden", "a.py", "b.txt", "docs", "src",
+        ".cache/junk.bin", "docs/index.md",
+        "src/main.py", "src/notes.md", "src/pkg", "src/util.py",
+        "src/pkg/data.json", "src/pkg/deep.py",
+    ]
+    assert out == again and not out["truncated"] and out["dirs_visited"] == 5
+    kinds = {e["path"]: (e["kind"], e["depth"], e["size"]) for e in out["entries"]}
+    assert kinds["src"] == ("directory", 1, None) and kinds["src/pkg/deep.py"] == ("file", 3, None)
+
+
+async def test_sizes_on_request(app_factory, ws, mode):
+    make_tree(ws, {"x.txt": "12345", "d": {"y.txt": "1"}})
+    async with connect(app_factory(), mode=mode) as client:
+        out = await call_ok(client, "walk", {"sizes": True})
+    assert {e["path"]: e["size"] for e in out["entries"]} == {"x.txt": 5, "d": None, "d/y.txt": 1}
+
+
+@pytest.mark.parametrize(
+    ("args", "reason", "count"),
+    [
+        ({"max_depth": 1}, "max_depth (1)", 4),
+        ({"max_entries": 4}, "max_entries (4)", 4),
+        ({"max_dirs": 2}, "max_dirs (2 directories read)", 47),
+        ({"max_bytes": 1024}, "max_bytes (1024 bytes of response)", None),
+    ],
+)
+async def test_each_limit_truncates(app_factory, ws, mode, args, reason, count):
+    make_tree(ws, TREE)
+    for i in range(40):
+        (ws / f"long-file-name-number-{i:03d}.txt").write_text("")
+    async with connect(app_factory(), mode=mode) as client:
+        out = await call_ok(client, "walk", {"path": "src" if "max_depth" in args else ".", **args})
+    assert out["truncated"] and out["truncated_reason"].startswith(reason)
+    if count is not None:
+        assert len(out["entries"]) == count
+    if "max_bytes" in args:
+        import json
+        assert len(json.dumps(out["entries"])) <= 1024
+
+
+async def test_requests_are_clamped_to_policy_limits(app_factory, ws, mode):
+    make_tree(ws, {f"f{i}": "" for i in range(30)})
+    policy = "[limits]\nwalk_max_entries = 10\nwalk_max_depth = 3\n"
+    async with connect(app_factory(policy), mode=mode) as client:
+        out = await call_ok(client, "walk", {"max_entries": 1000})
+        assert len(out["entries"]) == 10 and out["truncated_reason"] == "max_entries (10)"
+        listing = await call_ok(client, "list_dir", {"max_entries": 1000})
+        assert len(listing["entries"]) == 10 and listing["truncated"]
+
+
+async def test_globs_include_and_exclude(app_factory, ws, mode):
+    make_tree(ws, TREE)
+    async with connect(app_factory(), mode=mode) as client:
+        py = await call_ok(client, "walk", {"include": ["*.py"]})
+        assert paths(py) == ["a.py", "src/main.py", "src/util.py", "src/pkg/deep.py"]
+        anchored = await call_ok(client, "walk", {"include": ["/src/*.py"]})
+        assert paths(anchored) == ["src/main.py", "src/util.py"]
+        pruned = await call_ok(client, "walk", {"exclude": ["src/", "*.md"]})
+        assert paths(pruned) == [".cache", ".hidden", "a.py", "b.txt", "docs", ".cache/junk.bin"]
+        both = await call_ok(client, "walk", {"include": ["**/pkg/**"], "exclude": ["*.json"]})
+        assert paths(both) == ["src/pkg", "src/pkg/deep.py"]  # pathspec: "pkg/**" matches "pkg/" too
+
+
+async def test_gitignore_nested_negation_and_info_exclude(app_factory, ws, mode):
+    make_tree(ws, {
+        ".git": {"HEAD": "ref", "info": {"exclude": "*.log\n"}},
+        ".gitignore": "build/\n*.tmp\n!keep.tmp\n",
+        "app.log": "", "a.tmp": "", "keep.tmp": "", "main.c": "",
+        "build": {"out.o": ""},
+        "lib": {".gitignore": "generated.c\n!*.tmp\n", "generated.c": "", "x.tmp": "", "lib.c": ""},
+    })
+    async with connect(app_factory(), mode=mode) as client:
+        out = await call_ok(client, "walk", {"gitignore": True})
+        plain = await call_ok(client, "walk", {})
+        sub = await call_ok(client, "walk", {"path": "lib", "gitignore": True})
+    assert paths(out) == [".gitignore", "keep.tmp", "lib", "main.c", "lib/.gitignore", "lib/lib.c", "lib/x.tmp"]
+    assert "build/out.o" in paths(plain) and ".git/HEAD" in paths(plain)
+    # Walking a subdirectory still applies the ignore files above it, up to the repository top.
+    assert paths(sub) == [".gitignore", "lib.c", "x.tmp"]
+
+
+async def test_hidden_entries_and_pruning(app_factory, ws, mode):
+    make_tree(ws, TREE)
+    async with connect(app_factory(), mode=mode) as client:
+        no_hidden = await call_ok(client, "walk", {"include_hidden": False})
+        pruned = await call_ok(client, "walk", {"prune_hidden_dirs": True})
+        listing = await call_ok(client, "list_dir", {"include_hidden": False})
+    assert not [p for p in paths(no_hidden) if "/." in "/" + p]
+    assert ".cache" in paths(pruned) and ".hidden" in paths(pruned) and ".cache/junk.bin" not in paths(pruned)
+    assert [e["name"] for e in listing["entries"]] == ["a.py", "b.txt", "docs", "src"]
+
+
+async def test_directory_links_not_followed_unless_asked(app_factory, ws, mode, resolver):
+    make_tree(ws, {"real": {"inner.txt": "i"}})
+    (ws / "alias").symlink_to("real")
+    (ws / "real" / "loop").symlink_to("..")
+    async with connect(app_factory(), mode=mode) as client:
+        plain = await call_ok(client, "walk", {})
+        followed = await call_ok(client, "walk", {"follow_dir_links": True})
+    assert paths(plain) == ["alias", "real", "real/inner.txt", "real/loop"]
+    assert {e["path"]: e["kind"] for e in plain["entries"]}["alias"] == "symlink"
+    assert "alias/inner.txt" in paths(followed)
+    messages = {e["path"]: e["message"] for e in followed["errors"]}
+    assert "already walked" in messages["real/loop"]  # the loop is detected, not walked forever
+
+
+async def test_none_areas_are_listed_by_name_never_entered(app_factory, ws, mode):
+    make_tree(ws, {"secret": {"key.pem": "k"}, "open": {"a": "a"}})
+    async with connect(app_factory('[filesystem.paths]\n"secret" = "none"\n'), mode=mode) as client:
+        out = await call_ok(client, "walk", {})
+    assert "secret" in paths(out) and "secret/key.pem" not in paths(out)
+    assert "'none'" in {e["path"]: e["message"] for e in out["errors"]}["secret"]
+
+
+async def test_walk_of_a_file_or_missing_path(app_factory, ws, mode):
+    (ws / "f").write_text("")
+    async with connect(app_factory(), mode=mode) as client:
+        assert (await call_error(client, "walk", {"path": "f"}))["code"] == "not_a_directory"
+        assert (await call_error(client, "walk", {"path": "missing"}))["code"] == "not_found"
+
+
+async def test_directory_replaced_mid_walk_is_an_entry_error(backend_factory, ws, outside, resolver):
+    backend = backend_factory()
+    make_tree(ws, {f"d{i:02d}": {"f": ""} for i in range(30)})
+    # Swap one directory for a link to the outside after the root was listed and
+    # before the walk reads that directory.
+    original = os.scandir
+    calls = 0
+
+    def racing_scandir(fd):
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            os.rename(ws / "d29", ws / "moved")
+            os.symlink(outside, ws / "d29")
+        return original(fd)
+
+    os.scandir = racing_scandir
+    try:
+        out = await backend.walk(WalkRequest(path=str(ws)))
+    finally:
+        os.scandir = original
+    listed = paths(out.model_dump())
+    assert "d29/secret.txt" not in listed and not any("deep" in p for p in listed)
+    assert "replaced" in {e.path: e.message for e in out.errors}["d29"]
+
+
+async def test_cancelled_walk_stops_its_thread(backend_factory, ws):
+    backend = backend_factory()
+    make_tree(ws, {f"d{i}": {f"e{j}": {"f": ""} for j in range(20)} for i in range(20)})
+    calls = 0
+    original = os.scandir
+
+    def slow_scandir(fd):
+        nonlocal calls
+        calls += 1
+        time.sleep(0.05)
+        return original(fd)
+
+    os.scandir = slow_scandir
+    try:
+        with anyio.move_on_after(0.3):
+            await backend.walk(WalkRequest(path=str(ws)))
+        stopped_at = calls
+        time.sleep(0.3)
+        assert calls == stopped_at < 100  # the worker stopped when the call was cancelled
+    finally:
+        os.scandir = original
+    assert threading.active_count() < 50
+
+
+async def test_invalid_glob_is_a_clear_error(app_factory, ws, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        error = await call_error(client, "walk", {"include": ["a\\"]})
+    assert error["code"] == "invalid_pattern" and "include" in error["message"] and "'*.py'" in error["message"]

@@ -1,0 +1,159 @@
+"""write_file and make_dir through real MCP sessions: atomic, mode-preserving,
+stale writes refused, parents on request, links never followed at the leaf."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+
+import pytest
+
+from codespace.contract import FsError
+from codespace.testing import call_error, call_ok, connect
+from codespace_fs.writing import TMP_SUFFIX
+
+pytestmark = pytest.mark.anyio
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def test_create_then_replace_reports_hashes(app_factory, ws, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        out = await call_ok(client, "write_file", {"path": "new.txt", "content": "one\n"})
+        assert out["created"] and out["previous_sha256"] is None and out["sha256"] == sha(b"one\n") and out["size"] == 4
+        out = await call_ok(client, "write_file", {"path": "new.txt", "content": "two\n"})
+        assert not out["created"] and out["previous_sha256"] == sha(b"one\n")
+    assert (ws / "new.txt").read_text() == "two\n"
+    assert not [p for p in os.listdir(ws) if p.endswith(TMP_SUFFIX)]
+
+
+async def test_mode_is_preserved_and_new_files_follow_umask(app_factory, ws, mode):
+    script = ws / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    os.chmod(script, 0o751)
+    async with connect(app_factory(), mode=mode) as client:
+        await call_ok(client, "write_file", {"path": "run.sh", "content": "#!/bin/sh\necho hi\n"})
+        await call_ok(client, "write_file", {"path": "fresh.txt", "content": "x"})
+    assert stat.S_IMODE(os.stat(script).st_mode) == 0o751
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(os.stat(ws / "fresh.txt").st_mode) == 0o666 & ~umask
+
+
+async def test_expected_sha256_refuses_a_stale_write_with_the_current_hash(app_factory, ws, mode):
+    (ws / "f.txt").write_text("v1\n")
+    async with connect(app_factory(), mode=mode) as client:
+        read = await call_ok(client, "read_file", {"path": "f.txt"})
+        (ws / "f.txt").write_text("someone else's v2\n")
+        error = await call_error(client, "write_file", {"path": "f.txt", "content": "mine\n",
+                                                        "expected_sha256": read["sha256"]})
+        assert error["code"] == "stale"
+        assert sha(b"someone else's v2\n") in error["message"] and "read it again" in error["message"]
+        assert error["details"]["current_sha256"] == sha(b"someone else's v2\n")
+        assert (ws / "f.txt").read_text() == "someone else's v2\n"
+        fresh = await call_ok(client, "read_file", {"path": "f.txt"})
+        await call_ok(client, "write_file", {"path": "f.txt", "content": "mine\n", "expected_sha256": fresh["sha256"]})
+        assert (ws / "f.txt").read_text() == "mine\n"
+        error = await call_error(client, "write_file", {"path": "gone.txt", "content": "x", "expected_sha256": "0" * 64})
+        assert error["code"] == "stale" and "does not exist" in error["message"]
+
+
+async def test_must_not_exist_and_create_parents(app_factory, ws, mode):
+    (ws / "have.txt").write_text("keep")
+    async with connect(app_factory(), mode=mode) as client:
+        error = await call_error(client, "write_file", {"path": "have.txt", "content": "x", "must_not_exist": True})
+        assert error["code"] == "exists"
+        assert (ws / "have.txt").read_text() == "keep"
+        await call_ok(client, "write_file", {"path": "brand.txt", "content": "x", "must_not_exist": True})
+        error = await call_error(client, "write_file", {"path": "a/b/c.txt", "content": "x"})
+        assert error["code"] == "not_found"
+        assert not (ws / "a").exists()
+        await call_ok(client, "write_file", {"path": "a/b/c.txt", "content": "deep", "create_parents": True})
+    assert (ws / "a" / "b" / "c.txt").read_text() == "deep"
+
+
+async def test_base64_content_and_bad_base64(app_factory, ws, mode):
+    blob = bytes(range(256))
+    async with connect(app_factory(), mode=mode) as client:
+        await call_ok(client, "write_file", {"path": "b.bin", "content": base64.b64encode(blob).decode(), "encoding": "base64"})
+        error = await call_error(client, "write_file", {"path": "c.bin", "content": "not base64!", "encoding": "base64"})
+        assert error["code"] == "invalid_content"
+    assert (ws / "b.bin").read_bytes() == blob and not (ws / "c.bin").exists()
+
+
+async def test_size_limit(app_factory, ws, mode):
+    async with connect(app_factory("[limits]\nmax_file_bytes = 100\n"), mode=mode) as client:
+        error = await call_error(client, "write_file", {"path": "big.txt", "content": "x" * 101})
+        assert error["code"] == "too_large" and "limits.max_file_bytes" in error["message"]
+    assert not (ws / "big.txt").exists()
+
+
+async def test_leaf_link_is_never_followed(app_factory, ws, mode, resolver):
+    (ws / "target.txt").write_text("target\n")
+    (ws / "link.txt").symlink_to("target.txt")
+    async with connect(app_factory(), mode=mode) as client:
+        error = await call_error(client, "write_file", {"path": "link.txt", "content": "via link"})
+        assert error["code"] == "symlink_refused" and "'target.txt'" in error["message"]
+    assert (ws / "target.txt").read_text() == "target\n" and (ws / "link.txt").is_symlink()
+
+
+async def test_directory_and_fifo_targets_refused(app_factory, ws, mode):
+    (ws / "d").mkdir()
+    os.mkfifo(ws / "pipe")
+    async with connect(app_factory(), mode=mode) as client:
+        assert (await call_error(client, "write_file", {"path": "d", "content": "x"}))["code"] == "is_directory"
+        error = await call_error(client, "write_file", {"path": "pipe", "content": "x"})
+        assert error["code"] == "not_regular" and "FIFO" in error["message"]
+
+
+async def test_writes_through_an_in_root_parent_link_are_rechecked(app_factory, ws, mode, resolver):
+    (ws / ".git").mkdir()
+    (ws / ".git" / "config").write_text("[core]\n")
+    (ws / "src").mkdir()
+    (ws / "gitdir").symlink_to(".git")
+    (ws / "srclink").symlink_to("src")
+    async with connect(app_factory(), mode=mode) as client:
+        error = await call_error(client, "write_file", {"path": "gitdir/config", "content": "evil"})
+        assert error["code"] == "refused" and "protected" in error["message"]
+        await call_ok(client, "write_file", {"path": "srclink/ok.txt", "content": "fine"})
+    assert (ws / ".git" / "config").read_text() == "[core]\n"
+    assert (ws / "src" / "ok.txt").read_text() == "fine"
+
+
+async def test_write_bytes_follow_symlink_for_the_patcher(backend_factory, ws, resolver):
+    backend = backend_factory()
+    (ws / "t.txt").write_text("old")
+    (ws / "l.txt").symlink_to("t.txt")
+    await backend.write_bytes(str(ws / "l.txt"), b"new", follow_symlink=True)
+    assert (ws / "t.txt").read_text() == "new" and (ws / "l.txt").is_symlink()
+    await backend.write_bytes(str(ws / "x" / "y.txt"), b"made", create_parents=True)
+    assert (ws / "x" / "y.txt").read_text() == "made"
+    assert await backend.kind(str(ws / "l.txt")) == "symlink"
+    assert await backend.kind(str(ws / "nope")) is None
+    await backend.delete_file(str(ws / "l.txt"))
+    assert not (ws / "l.txt").exists() and (ws / "t.txt").exists()
+    with pytest.raises(FsError) as info:
+        await backend.delete_file(str(ws / "x"))
+    assert info.value.errno == 21  # EISDIR
+
+
+async def test_make_dir(app_factory, ws, mode):
+    (ws / "file").write_text("")
+    (ws / "dlink").symlink_to("somewhere")
+    async with connect(app_factory(), mode=mode) as client:
+        assert (await call_ok(client, "make_dir", {"path": "a/b/c"}))["created"]
+        assert not (await call_ok(client, "make_dir", {"path": "a/b/c"}))["created"]
+        error = await call_error(client, "make_dir", {"path": "a/b/c", "exist_ok": False})
+        assert error["code"] == "exists"
+        error = await call_error(client, "make_dir", {"path": "p/q", "parents": False})
+        assert error["code"] == "not_found" and "parents=true" in error["message"]
+        error = await call_error(client, "make_dir", {"path": "file"})
+        assert error["code"] == "exists" and "a file" in error["message"]
+        error = await call_error(client, "make_dir", {"path": "dlink"})
+        assert "symbolic link" in error["message"]
+        assert not (await call_ok(client, "make_dir", {"path": "."}))["created"]
+    assert (ws / "a" / "b" / "c").is_dir() and not (ws / "p").exists()

@@ -1,0 +1,6 @@
+"""CodeSpace's Linux sandbox: a per-command helper confining a command with bubblewrap or Landlock.
+
+Deliberately empty: the helper runs with ``python -I -S`` for every sandboxed command and
+imports this package, so nothing here may import pydantic, the core or anything heavy.
+Server-side code lives in :mod:`.backend` and :mod:`.plugin`.
+"""

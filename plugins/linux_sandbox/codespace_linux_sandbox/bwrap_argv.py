@@ -1,0 +1,186 @@
+"""bubblewrap's argv for a handshake: upstream's mount layout, in upstream's order.
+
+Mount order (a later mount wins over an earlier one on the same or a deeper path):
+
+1. ``--ro-bind / /`` (or each readable root when ``/`` is not readable);
+2. ``--dev /dev``: a minimal dev (null, zero, full, random, urandom, tty, pts, shm);
+3. the rest sorted by path depth, shallowest first, so the most specific policy entry wins
+   like it does for the gateway: private tmpfs at ``/tmp`` (and ``$TMPDIR``), ``--bind`` of
+   each writable root, ``--ro-bind`` of protected paths inside writable roots, a read-only
+   empty tmpfs over each missing protected name, and deny-read masks (an empty mode-0000
+   tmpfs over a directory, ``/dev/null`` over a file);
+4. namespaces and the rest: ``--unshare-user --unshare-pid --unshare-ipc [--unshare-net]
+   --proc /proc --cap-drop ALL``.
+
+The policy's deny-read of ``/proc`` and ``/dev`` is satisfied by the sandbox's own proc and
+minimal dev, which replace the host's. A protected or deny-read path that crosses a
+symbolic link living inside a writable root is refused (fail closed): the command could
+otherwise re-point the link between runs and move the mask away from what it protects.
+
+Only ``posix`` is imported: this runs on every sandboxed command.
+"""
+
+
+import posix
+
+S_IFMT, S_IFDIR, S_IFLNK = 0o170000, 0o040000, 0o120000
+REPLACED = ("/proc", "/dev")  # the sandbox gets its own; never masked, never bound
+
+
+class SetupError(Exception):
+    """The sandbox cannot be built as the policy says (the command does not run)."""
+
+
+class Plan:
+    """bwrap's arguments (without argv[0]) and the placeholders to create and remove."""
+
+    def __init__(self) -> None:
+        self.args: list[str] = []
+        self.placeholders: list[str] = []
+
+
+def _lstat_mode(path: str) -> int | None:
+    try:
+        return posix.lstat(path).st_mode & S_IFMT
+    except OSError:
+        return None
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return posix.stat(path).st_mode & S_IFMT == S_IFDIR
+    except OSError:
+        return False
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/") or root == "/"
+
+
+def _depth(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
+
+
+def _owning_root(path: str, roots: list[str]) -> str | None:
+    best = None
+    for root in roots:
+        if path != root and _inside(path, root) and (best is None or len(root) > len(best)):
+            best = root
+    return best
+
+
+def _walk_below(root: str, path: str) -> tuple[str | None, str | None]:
+    """From ``root`` (exclusive) down to ``path``: the first symbolic link, and the first
+    missing component."""
+    current = root.rstrip("/")
+    for part in path[len(root):].strip("/").split("/"):
+        current = f"{current}/{part}"
+        mode = _lstat_mode(current)
+        if mode is None:
+            return None, current
+        if mode == S_IFLNK:
+            return current, None
+    return None, None
+
+
+def check_links(policy: dict) -> None:
+    """Refuse (fail closed) when a protected or deny-read path crosses a symbolic link that
+    lives inside a writable root: the command could re-point the link between runs."""
+    writable = [w for w in policy["writable"] if _is_dir(w)]
+    for kind, paths in (("protected", policy["protected"]), ("deny-read", policy["deny_read"])):
+        for path in paths:
+            root = _owning_root(path, writable)
+            if root is None:
+                continue
+            link, _ = _walk_below(root, path)
+            if link is not None:
+                raise SetupError(
+                    f"{kind} path {path} crosses the symbolic link {link} inside the writable root {root}; "
+                    "refusing to run (remove or replace the link)"
+                )
+
+
+def private_tmp_dirs(policy: dict, env: dict) -> list[str]:
+    """Directories that get a private tmpfs: ``/tmp`` and ``$TMPDIR``, unless the policy
+    makes them writable (then the command writes the host's, as the policy says)."""
+    out = []
+    for candidate in ("/tmp", env.get("TMPDIR", "")):
+        path = candidate.rstrip("/") or candidate
+        if not path.startswith("/") or path == "/" or path in out:
+            continue
+        if any(_inside(path, w) for w in policy["writable"]) or not _is_dir(path):
+            continue
+        out.append(path)
+    return out
+
+
+def build(handshake: dict) -> Plan:
+    policy, command, options = handshake["policy"], handshake["command"], handshake["options"]
+    check_links(policy)
+    plan = Plan()
+    args = plan.args
+    args += ["--new-session", "--die-with-parent"]
+    readable = policy["readable"]
+    if "/" in readable:
+        args += ["--ro-bind", "/", "/"]
+    else:
+        for root in sorted(readable, key=_depth):
+            if _is_dir(root) or _lstat_mode(root) is not None:
+                args += ["--ro-bind", root, root]
+    args += ["--dev", "/dev"]
+
+    writable = [w for w in policy["writable"] if _is_dir(w)]
+    ops: list[tuple[int, int, list[str]]] = []  # (depth, kind order, args)
+    for path in private_tmp_dirs(policy, command["env"]):
+        ops.append((_depth(path), 0, ["--tmpfs", path]))
+    for root in writable:
+        ops.append((_depth(root), 1, ["--bind", root, root]))
+
+    masked: set[str] = set()
+    for path in policy["protected"]:
+        root = _owning_root(path, writable)
+        if root is None:
+            continue  # outside every writable root: already read-only
+        _, missing = _walk_below(root, path)
+        if missing is None:
+            ops.append((_depth(path), 2, ["--ro-bind", path, path]))
+        elif missing not in masked:
+            # Creating the name must fail: an empty tmpfs, mode 0555, over a placeholder that
+            # exists on the host only while commands run (removed by the last one out).
+            masked.add(missing)
+            plan.placeholders.append(missing)
+            ops.append((_depth(missing), 2, ["--perms", "0555", "--tmpfs", missing]))
+
+    for path in policy["deny_read"]:
+        if any(_inside(path, replaced) for replaced in REPLACED):
+            continue
+        try:
+            mode = posix.stat(path).st_mode & S_IFMT
+        except OSError:
+            continue  # nothing there to hide
+        if mode == S_IFDIR:
+            ops.append((_depth(path), 3, ["--perms", "0000", "--tmpfs", path]))
+        else:
+            ops.append((_depth(path), 3, ["--ro-bind", "/dev/null", path]))
+
+    for _, _, op in sorted(ops, key=lambda item: (item[0], item[1])):
+        args += op
+
+    args += ["--unshare-user", "--unshare-pid", "--unshare-ipc"]
+    if policy["network"] != "on":
+        args.append("--unshare-net")
+    if options.get("mount_proc", True):
+        args += ["--proc", "/proc"]
+    args += ["--cap-drop", "ALL", "--chdir", command["cwd"], "--clearenv"]
+    for key, value in command["env"].items():
+        args += ["--setenv", key, value]
+    return plan
+
+
+def finish(plan: Plan, *, seccomp_fd: int | None, info_fd: int) -> list[str]:
+    """The option list, once the descriptor numbers are known (the command follows ``--`` on
+    bwrap's real argv: options read with ``--args`` cannot carry it)."""
+    extra = ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        extra += ["--seccomp", str(seccomp_fd)]
+    return [*plan.args, *extra]

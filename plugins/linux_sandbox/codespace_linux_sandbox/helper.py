@@ -1,0 +1,96 @@
+"""``codespace-linux-sandbox``: the helper executable, run once per sandboxed command.
+
+The server starts it as ``python -I -S .../codespace_linux_sandbox/__main__.py`` with the
+command's stdio and two inherited pipes: the handshake (JSON, protocol version 1) and,
+unless the policy needs none, the seccomp program (raw BPF). Its own environment holds
+nothing else; the command's travels in the handshake.
+
+Exit codes of the helper itself (the command's own code otherwise): 125 when the
+handshake is refused or the sandbox cannot be built (the message, on stderr, names the
+field, both protocol versions or the rule), 5 / 7 when hardening fails (upstream's codes),
+126 / 127 when the command cannot be executed / is not found (Landlock engine; bwrap
+reports its own).
+"""
+
+
+import posix
+import sys
+
+from . import handshake as hs_module
+from .hardening import HardeningError, harden_self, remove_ld_variables
+
+SETUP_FAILED_EXIT_CODE = 125
+PROG = "codespace-linux-sandbox"
+
+
+def _fail(message: str, code: int = SETUP_FAILED_EXIT_CODE) -> int:
+    try:
+        posix.write(2, f"{PROG}: {message}\n".encode("utf-8", "replace"))
+    except OSError:
+        pass
+    return code
+
+
+def _run_bubblewrap(hs: dict, seccomp_fd: int | None) -> int:
+    from . import bwrap_argv, supervise
+    from .placeholders import Placeholders
+
+    bwrap = hs["options"].get("bwrap")
+    if not bwrap:
+        return _fail("handshake field 'options.bwrap' is required by the bubblewrap engine")
+    try:
+        plan = bwrap_argv.build(hs)
+    except bwrap_argv.SetupError as exc:
+        return _fail(str(exc))
+
+    def args_for(info_fd: int) -> list[str]:
+        return bwrap_argv.finish(plan, seccomp_fd=seccomp_fd, info_fd=info_fd)
+
+    hardening_failed: list[HardeningError] = []
+
+    def harden(pid: int) -> None:
+        # Hardening overlaps bwrap's set-up (importing the FFI costs the better part of a
+        # millisecond); if it fails, the sandbox is killed before the helper goes on.
+        try:
+            harden_self()
+        except HardeningError as exc:
+            hardening_failed.append(exc)
+            posix.kill(pid, 9)
+
+    try:
+        with Placeholders(hs["options"]["run_dir"], plan.placeholders):
+            code, received = supervise.run_bwrap(bwrap, args_for, hs["command"]["argv"],
+                                                 [] if seccomp_fd is None else [seccomp_fd], harden)
+    except OSError as exc:
+        return _fail(f"cannot start the sandbox ({bwrap}): {exc.strerror or exc}")
+    if hardening_failed:
+        return _fail(str(hardening_failed[0]), hardening_failed[0].exit_code)
+    return supervise.reraise_or_code(code, received)
+
+
+def main(argv: list[str] | None = None) -> int:
+    remove_ld_variables()
+    if (argv if argv is not None else sys.argv[1:]):
+        return _fail("takes no arguments: the server passes the handshake on the descriptor named by "
+                     "CODESPACE_FD_HANDSHAKE (protocol version 1)", 2)
+    try:
+        raw = hs_module.read_inherited("handshake")
+        if raw is None:
+            return _fail("no handshake: CODESPACE_FD_HANDSHAKE is not set (this helper is started by the "
+                         "CodeSpace server, protocol version 1)", 2)
+        hs = hs_module.decode(raw)
+    except hs_module.HandshakeError as exc:
+        return _fail(str(exc))
+    seccomp_fd = hs_module.inherited_fd("seccomp")
+    if hs["options"]["seccomp"] != "none" and seccomp_fd is None:
+        return _fail(f"the policy needs the {hs['options']['seccomp']} seccomp filter but the server sent none "
+                     "(CODESPACE_FD_SECCOMP is not set); refusing to run unfiltered")
+    if hs["engine"] == "bubblewrap":
+        return _run_bubblewrap(hs, seccomp_fd)
+    try:
+        harden_self()
+    except HardeningError as exc:
+        return _fail(str(exc), exc.exit_code)
+    from .landlock_engine import run
+
+    return run(hs, seccomp_fd, _fail)

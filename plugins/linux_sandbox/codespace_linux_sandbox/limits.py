@@ -1,0 +1,40 @@
+"""What each engine cannot enforce, stated for ``workspace_info`` and ``codespace doctor``."""
+
+from __future__ import annotations
+
+PROXY = ("network 'allowlist': the egress proxy is not implemented yet, so allowlisted domains are unreachable "
+         "too (fails closed: no direct egress)")
+
+BUBBLEWRAP = [PROXY]
+
+LANDLOCK = [
+    ("no mount or PID namespace: deny-read paths inside readable roots hide their contents, but their names stay "
+    "listable in the parent directory"),
+    ("entries directly inside a writable root that holds protected names cannot be created, removed or renamed "
+    "(Landlock cannot take rights away inside a granted directory); work in a subdirectory or use write_file"),
+    "/tmp is read-only: the command gets a private TMPDIR, removed after the run",
+    ("the host's /proc is visible (other processes' command lines); their environment and memory stay protected by "
+    "Landlock's ptrace scoping"),
+    ("network 'off' is enforced by seccomp (socket families, connect/bind...) and Landlock TCP rules, not by a "
+    "separate network namespace"),
+    ("a process that calls setsid() and outlives a helper killed with SIGKILL escapes the clean-up "
+    "(no PID namespace)"),
+    PROXY,
+]
+
+
+def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True) -> list[str]:
+    if engine == "bubblewrap":
+        out = list(BUBBLEWRAP)
+        if not mount_proc:
+            out.insert(0, "a fresh /proc: bwrap cannot mount proc here, so the host's /proc is visible read-only")
+        return out
+    out = list(LANDLOCK)
+    if abi is not None and abi < 6:
+        out.append(f"Landlock ABI {abi} < 6: signals to processes outside the sandbox and abstract Unix sockets "
+                   "outside it are not blocked")
+    if abi is not None and abi < 4:
+        out.append(f"Landlock ABI {abi} < 4: TCP is restricted by seccomp only")
+    if abi is not None and abi < 3:
+        out.append(f"Landlock ABI {abi} < 3: truncating files in read-only places is not controlled")
+    return out

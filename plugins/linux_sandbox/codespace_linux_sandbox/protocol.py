@@ -1,0 +1,76 @@
+"""The sandbox-helper handshake, protocol version 1: CodeSpace-owned data, no upstream types.
+
+The server builds a :class:`Handshake` for every sandboxed command and hands its JSON to the
+helper over an inherited pipe (``CommandSpec.inherit["handshake"]``, descriptor number in
+``CODESPACE_FD_HANDSHAKE``), never on argv or the command's stdin. The seccomp program
+travels the same way as raw BPF (``inherit["seccomp"]``). The helper does not import
+pydantic (its start-up is on every command's critical path); :mod:`.handshake` reads the
+same JSON with a hand-written check of the version and the required fields, and a test
+keeps the two in step.
+
+This module depends on pydantic only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = 1
+
+Engine = Literal["bubblewrap", "landlock"]
+Network = Literal["off", "proxy", "on"]
+SeccompMode = Literal["restricted", "proxy_routed", "vsock_restricted", "none"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProxyRoute(_Model):
+    """Where the host-side proxy bridge listens (network 'proxy'; the bridge is a later issue)."""
+
+    socket: str = Field(description="Absolute path of the Unix socket the host-side bridge listens on.")
+    port: int = Field(ge=1, le=65535, description="Loopback port the command's proxy variables point at.")
+
+
+class Policy(_Model):
+    """The workspace policy as the sandbox enforces it (the gateway's PathRules, flattened)."""
+
+    readable: list[str] = Field(description="Absolute roots readable ('/' for the whole host).")
+    writable: list[str] = Field(description="Absolute roots writable, shallowest first; missing ones are skipped.")
+    deny_read: list[str] = Field(
+        description="Absolute paths hidden entirely. '/proc' and '/dev' are satisfied by the sandbox's own "
+        "proc and minimal dev rather than masked.",
+    )
+    protected: list[str] = Field(description="Absolute paths kept read-only (and uncreatable) inside writable roots.")
+    network: Network
+    proxy: ProxyRoute | None = None
+
+
+class Command(_Model):
+    argv: list[str] = Field(min_length=1)
+    cwd: str
+    env: dict[str, str] = Field(description="The command's whole environment (LD_* included when the policy keeps them).")
+
+
+class Options(_Model):
+    """Mechanism choices the server made once (probes, compiled filters)."""
+
+    seccomp: SeccompMode = Field(description="Which filter the 'seccomp' payload holds ('none': no payload).")
+    mount_proc: bool = Field(default=True, description="False when the /proc preflight showed bwrap cannot mount proc.")
+    bwrap: str | None = Field(default=None, description="Absolute path of bwrap (bubblewrap engine).")
+    run_dir: str = Field(description="Private 0700 directory for the helper's bookkeeping (placeholder locks).")
+    landlock_abi: int | None = Field(default=None, description="Best Landlock ABI of the kernel, probed by the server.")
+
+
+class Handshake(_Model):
+    version: Literal[1] = PROTOCOL_VERSION
+    engine: Engine
+    command: Command
+    policy: Policy
+    options: Options
+
+    def encode(self) -> bytes:
+        return self.model_dump_json().encode()

@@ -1,0 +1,130 @@
+"""The seccomp programs (upstream's three modes), compiled once per mode in the server.
+
+Binding: ``pyseccomp``, a ctypes wrapper of the system libseccomp (Debian ``libseccomp2``,
+which apt itself depends on). libseccomp does what a hand-written BPF filter tends to get
+wrong: the architecture check (x86_64 and aarch64 programs; a foreign ABI such as i386
+``int 0x80`` or x32 is killed, exit 159, instead of slipping past the syscall numbers),
+syscall numbers by name per architecture, and argument comparisons. It is used only here,
+in the server (pydantic and ctypes are loaded anyway); the compiled program is cached and
+handed to the helper as raw BPF, which bubblewrap loads with ``--seccomp FD`` and the
+Landlock engine loads with ``prctl(PR_SET_SECCOMP)``. The helper never imports it.
+
+Denied calls fail with ``EPERM``; everything else is allowed (upstream's default). One
+deliberate exception: ``getpeername`` fails with ``ENOTSOCK``. With ``EPERM``, bash started
+without ``SHLVL`` (CodeSpace's default environment) takes its stdin for a network connection
+and sources ``~/.bashrc`` in every ``bash -c`` (upstream 0.171.0 does, observed). And
+``sendto`` is denied only when it names a destination address: ``send()`` on a connected
+socket is ``sendto(fd, buf, n, flags, NULL, 0)``, and denying it breaks socketpair traffic
+such as asyncio's thread wake-ups, which hang forever (observed with the 0.171.0 binary:
+``asyncio.to_thread`` never returns). With ``socket()`` limited to AF_UNIX and ``connect``
+denied, a socket without a destination can only be a socketpair or an inherited one.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from functools import cache
+
+AF_VSOCK = 40
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+_PTRACE = ("ptrace", "process_vm_readv", "process_vm_writev")
+_IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
+_NETWORK = ("connect", "accept", "accept4", "bind", "listen", "getsockname", "shutdown",
+            "sendmmsg", "recvmmsg", "getsockopt", "setsockopt")
+
+MODES = ("restricted", "proxy_routed", "vsock_restricted")
+ERRNO = {"getpeername": errno.ENOTSOCK}  # every other denied call: EPERM
+
+
+class SeccompUnavailable(Exception):
+    """libseccomp (or its binding) cannot be loaded here."""
+
+
+def _binding():
+    try:
+        import pyseccomp
+    except (ImportError, RuntimeError, OSError) as exc:
+        raise SeccompUnavailable(
+            f"cannot load libseccomp through pyseccomp ({exc}); install libseccomp2 (apt-get install libseccomp2)"
+        ) from exc
+    return pyseccomp
+
+
+def mode_for(network: str, full_write: bool = False) -> str:
+    """Upstream's choice: restricted when the network is off, proxy-routed behind the
+    managed proxy, vsock-restricted with the network on unless the file system is fully writable."""
+    if network == "off":
+        return "restricted"
+    if network == "proxy":
+        return "proxy_routed"
+    return "none" if full_write else "vsock_restricted"
+
+
+def rules(mode: str) -> list[tuple[str, list[tuple[int, str, int, int]]]]:
+    """(syscall, [(arg, op, value, mask)]) pairs that fail with EPERM in ``mode``; a list
+    of conditions is ANDed, separate pairs are ORed. Plain data, so tests can read it."""
+    out: list[tuple[str, list[tuple[int, str, int, int]]]] = []
+    if mode == "restricted":
+        out += [(name, []) for name in _NETWORK]
+        out += [("getpeername", [])]  # fails with ENOTSOCK, see ERRNO
+        out += [("sendto", [(4, "NE", 0, 0)])]  # only with a destination address, see the module docstring
+        out += [("socket", [(0, "NE", socket.AF_UNIX, 0)]), ("socketpair", [(0, "NE", socket.AF_UNIX, 0)])]
+    if mode in ("restricted", "proxy_routed"):
+        out += [(name, []) for name in _PTRACE]
+    if mode == "proxy_routed":
+        # socket() only for AF_INET / AF_INET6 (to reach the proxy bridge); libseccomp takes
+        # one comparison per argument and rule, so "neither 2 nor 10" is spelled out.
+        out += [("socket", [(0, "LT", socket.AF_INET, 0)]), ("socket", [(0, "GT", socket.AF_INET6, 0)])]
+        out += [("socket", [(0, "EQ", domain, 0)]) for domain in range(socket.AF_INET + 1, socket.AF_INET6)]
+        out += [("socketpair", [(0, "NE", socket.AF_UNIX, 0)])]
+    if mode == "vsock_restricted":
+        out += [("socket", [(0, "EQ", AF_VSOCK, 0)])]
+    if mode in MODES:
+        out += [(name, []) for name in _IO_URING]
+        # CodeSpace addition: no typing into the terminal's input queue (TIOCSTI) or the
+        # console's selection buffer (TIOCLINUX), even from a command sharing the host's tty.
+        # The request is an int in the kernel: compare the low 32 bits only.
+        out += [("ioctl", [(1, "MASKED_EQ", request, 0xFFFFFFFF)]) for request in (TIOCSTI, TIOCLINUX)]
+    return out
+
+
+@cache
+def program(mode: str) -> bytes:
+    """The BPF program for ``mode`` (cached for the server's lifetime)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown seccomp mode {mode!r}")
+    sc = _binding()
+    flt = sc.SyscallFilter(sc.ALLOW)
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    flt.set_attr(sc.Attr.CTL_NNP, 0)  # bwrap / the Landlock engine set no_new_privs themselves
+    ops = {"EQ": sc.EQ, "NE": sc.NE, "LT": sc.LT, "GT": sc.GT, "MASKED_EQ": sc.MASKED_EQ}
+    for name, conditions in rules(mode):
+        args = []
+        for arg, op, value, mask in conditions:
+            args.append(sc.Arg(arg, ops[op], mask, value) if op == "MASKED_EQ" else sc.Arg(arg, ops[op], value))
+        flt.add_rule(sc.ERRNO(ERRNO.get(name, errno.EPERM)), name, *args)
+    sink = os.memfd_create("codespace-seccomp")  # a pipe could fill up before anyone reads it
+    try:
+        with os.fdopen(os.dup(sink), "wb") as out:
+            flt.export_bpf(out)
+        os.lseek(sink, 0, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(sink, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(sink)
+    return b"".join(chunks)
+
+
+def available() -> str | None:
+    """None when programs can be compiled here, else why not."""
+    try:
+        program("restricted")
+    except SeccompUnavailable as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"libseccomp cannot build the filter: {exc}"
+    return None

@@ -1,0 +1,81 @@
+"""bubblewrap's argv: upstream's flags and mount order, masks, fail-closed links (no bwrap run)."""
+
+from __future__ import annotations
+
+import pytest
+from codespace_linux_sandbox import bwrap_argv
+
+
+def _hs(tmp_path, **policy):
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    base = {"readable": ["/"], "writable": [str(ws)], "deny_read": ["/proc", "/dev", "/sys"],
+            "protected": [str(ws / ".git"), str(ws / ".codex")], "network": "off"}
+    base.update(policy)
+    return {"policy": base, "command": {"argv": ["true"], "cwd": str(ws), "env": {"A": "1", "TMPDIR": "/tmp"}},
+            "options": {"mount_proc": True}}
+
+
+def _pairs(args, flag):
+    return [args[i + 1] for i, a in enumerate(args) if a == flag]
+
+
+def test_flags_and_order(tmp_path):
+    (tmp_path / "ws" / ".git").mkdir(parents=True)
+    plan = bwrap_argv.build(_hs(tmp_path))
+    args = plan.args
+    ws = str(tmp_path / "ws")
+    assert args[:7] == ["--new-session", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev"]
+    for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net"):
+        assert flag in args
+    assert args[args.index("--proc") + 1] == "/proc" and args[args.index("--cap-drop") + 1] == "ALL"
+    order = [args.index("--tmpfs"), args.index("--bind"), args.index(f"{ws}/.git"), args.index(f"{ws}/.codex")]
+    assert order == sorted(order)  # /tmp, then the writable root, then protected paths
+    assert _pairs(args, "--ro-bind")[-1] == f"{ws}/.git"
+    assert plan.placeholders == [f"{ws}/.codex"]  # missing: masked, with a host placeholder
+    assert "/sys" in _pairs(args, "--tmpfs")  # deny-read mask; /proc and /dev are replaced, not masked
+    assert "/proc" not in _pairs(args, "--tmpfs") and "/dev" not in _pairs(args, "--tmpfs")
+    assert args[args.index("--setenv") + 1:args.index("--setenv") + 3] == ["A", "1"]
+    assert args[args.index("--chdir") + 1] == ws
+
+
+def test_network_on_keeps_the_namespace(tmp_path):
+    assert "--unshare-net" not in bwrap_argv.build(_hs(tmp_path, network="on")).args
+
+
+def test_proc_preflight_result_is_used(tmp_path):
+    hs = _hs(tmp_path)
+    hs["options"]["mount_proc"] = False
+    assert "--proc" not in bwrap_argv.build(hs).args
+
+
+def test_deeper_policy_entries_win(tmp_path):
+    """A writable root inside a deny-read path is mounted after the mask, like the most
+    specific policy entry wins for the gateway."""
+    secret = tmp_path / "secret"
+    (secret / "ws").mkdir(parents=True)
+    hs = _hs(tmp_path, writable=[str(secret / "ws")], deny_read=[str(secret)], protected=[])
+    args = bwrap_argv.build(hs).args
+    assert args.index(str(secret)) < args.index(str(secret / "ws"))
+
+
+def test_deny_read_file_and_missing(tmp_path):
+    (tmp_path / "token").write_text("x")
+    args = bwrap_argv.build(_hs(tmp_path, deny_read=[str(tmp_path / "token"), str(tmp_path / "missing")])).args
+    assert args[args.index(str(tmp_path / "token")) - 1] == "/dev/null"
+    assert str(tmp_path / "missing") not in args
+
+
+@pytest.mark.parametrize("kind", ["protected", "deny_read"])
+def test_a_link_inside_a_writable_root_fails_closed(tmp_path, kind):
+    ws = tmp_path / "ws"
+    (ws / "real").mkdir(parents=True)
+    (ws / "link").symlink_to(ws / "real")
+    hs = _hs(tmp_path, **{kind: [str(ws / "link" / "x")]})
+    with pytest.raises(bwrap_argv.SetupError, match="crosses the symbolic link"):
+        bwrap_argv.build(hs)
+
+
+def test_private_tmp_skips_writable_tmp(tmp_path):
+    assert bwrap_argv.private_tmp_dirs({"writable": ["/tmp"]}, {}) == []
+    assert bwrap_argv.private_tmp_dirs({"writable": []}, {"TMPDIR": str(tmp_path)}) == ["/tmp", str(tmp_path)]

@@ -1,0 +1,151 @@
+"""Escape attempts, in both engines: each must leave the host exactly as the policy allows."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import subprocess
+import termios
+import time
+
+import pytest
+from codespace_linux_sandbox.backend import interpreter
+from codespace_linux_sandbox.helper import SETUP_FAILED_EXIT_CODE
+
+
+def sh(env, script: str) -> tuple[int, str]:
+    code, out, err = env.run(["/bin/sh", "-c", script])
+    return code, out + err
+
+
+def test_symlink_in_writable_root_pointing_outside(sandbox_env):
+    env = sandbox_env
+    _code, _out = sh(env, f"ln -s {env.outside} sub/out && echo x > sub/out/escaped; "
+                        "ln -s /etc/passwd sub/pw && echo x >> sub/pw; exit 0")
+    assert not (env.outside / "escaped").exists()
+    with open("/etc/passwd") as passwd:
+        assert "x" not in passwd.read().splitlines()[-1:]
+
+
+def test_protected_path_through_a_symlink_fails_closed(sandbox_env):
+    env = sandbox_env
+    (env.ws / "decoy").mkdir()
+    (env.ws / ".codex").symlink_to(env.ws / "decoy")
+    code, out = sh(env, "echo x > .codex/config.toml")
+    assert code == SETUP_FAILED_EXIT_CODE
+    assert "crosses the symbolic link" in out and ".codex" in out
+    assert not (env.ws / "decoy" / "config.toml").exists()
+
+
+def test_hard_links_cannot_carry_writes_out(sandbox_env):
+    env = sandbox_env
+    (env.outside / "target").write_text("original\n")
+    sh(env, f"ln .git/config sub/cfg; echo evil >> sub/cfg; ln {env.outside}/target sub/t; echo evil >> sub/t; "
+            "ln /etc/hostname sub/h; exit 0")
+    assert (env.ws / ".git" / "config").read_text() == "[core]\n"
+    assert (env.outside / "target").read_text() == "original\n"
+    for made in ("cfg", "t", "h"):  # whatever the shell created there is a new file, never a link
+        path = env.ws / "sub" / made
+        assert not path.exists() or path.stat().st_nlink == 1
+    assert (env.ws / ".git" / "config").stat().st_nlink == 1 and (env.outside / "target").stat().st_nlink == 1
+
+
+def test_proc_self_root(sandbox_env):
+    env = sandbox_env
+    sh(env, f"echo x > /proc/self/root{env.outside}/via-root; echo x > /proc/1/root{env.outside}/via-pid1; exit 0")
+    assert not (env.outside / "via-root").exists() and not (env.outside / "via-pid1").exists()
+
+
+def test_mount_unshare_setns_inside(sandbox_env):
+    env = sandbox_env
+    _code, out = sh(env, f"""
+        mount -t tmpfs none sub && echo MOUNTED-TMPFS
+        mount --bind sub {env.outside} && echo MOUNTED-BIND
+        unshare -rm sh -c 'mount --bind {env.ws}/sub {env.outside} && echo x > {env.outside}/via-userns' 2>/dev/null
+        nsenter --target 1 --mount --net true && echo ENTERED
+        exit 0""")
+    assert "MOUNTED" not in out and "ENTERED" not in out
+    assert not (env.outside / "via-userns").exists()
+    assert os.listdir(env.outside) == []
+
+
+def test_setuid_binaries_gain_nothing(sandbox_env):
+    env = sandbox_env
+    _code, out = sh(env, "/usr/bin/mount -t tmpfs none sub && echo MOUNTED; "
+                        "/usr/bin/su root -c 'echo SU-RAN; grep CapEff /proc/self/status' 2>&1; exit 0")
+    assert "MOUNTED" not in out
+    for line in out.splitlines():
+        if line.startswith("CapEff"):
+            assert line.split()[1] == "0000000000000000"
+
+
+def test_no_signals_to_processes_outside(sandbox_env):
+    abi = sandbox_env.sandbox.info().landlock_abi
+    if sandbox_env.sandbox.preference == "landlock" and (abi or 0) < 6:
+        pytest.skip(f"Landlock ABI {abi} < 6 cannot scope signals (listed in cannot_enforce)")
+    victim = subprocess.Popen(["sleep", "600"])
+    try:
+        _code, out = sh(sandbox_env, f"kill -TERM {victim.pid} && echo KILLED; kill -KILL {victim.pid} && echo KILLED; exit 0")
+        time.sleep(0.2)
+        assert "KILLED" not in out
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_state_and_config_are_out_of_reach(sandbox_env):
+    env = sandbox_env
+    state = env.workspace.state_dir
+    (state / "secret").write_text("token\n")
+    policy = env.workspace.policy_path
+    _code, out = sh(env, f"cat {state}/secret; echo x > {state}/evil; echo x >> {policy}; "
+                        "mkdir -p .codespace && echo x > .codespace/policy.toml; exit 0")
+    assert "token" not in out
+    assert not (state / "evil").exists()
+    assert "x" not in policy.read_text().splitlines()
+    assert not (env.ws / ".codespace").exists()
+
+
+def test_tiocsti_cannot_type_into_the_terminal(sandbox_env):
+    """The command shares a terminal with the host side; TIOCSTI must not push input into it."""
+    env = sandbox_env
+    master, slave = pty.openpty()
+
+    def make_controlling() -> None:
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    script = ("import fcntl, termios, sys\n"
+              "try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'X')\n    print('INJECTED')\n"
+              "except OSError as e:\n    print('refused', e.errno)\n")
+    proc = env.popen([interpreter(), "-I", "-S", "-c", script], stdin=slave, stdout=subprocess.PIPE,
+                     preexec_fn=make_controlling)
+    os.close(slave)
+    out, _ = proc.communicate(timeout=30)
+    os.close(master)
+    assert b"INJECTED" not in out and b"refused 1" in out  # EPERM
+
+
+@pytest.mark.parametrize("target", ["/etc/escape", "/usr/escape", "/var/tmp/escape-{pid}"])
+def test_writes_outside_every_writable_root_fail(sandbox_env, target):
+    path = target.format(pid=os.getpid())
+    sh(sandbox_env, f"echo x > {path}; exit 0")
+    assert not os.path.exists(path)
+
+
+def test_ptrace_of_a_sibling_is_refused(sandbox_env):
+    _code, out = sh(sandbox_env, "sleep 5 & pid=$!; "
+                                f"{interpreter()} -I -S -c \"import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); "
+                                "r=l.ptrace(16, int(sys.argv[1]), None, None); print('attach', r, ctypes.get_errno())\" $pid; "
+                                "kill $pid; exit 0")
+    assert "attach -1 1" in out  # PTRACE_ATTACH fails with EPERM
+
+
+def test_pid_namespace_hides_host_processes(base):
+    from conftest import make_env, require_engine
+
+    require_engine("bubblewrap")
+    env = make_env(base, "bubblewrap")
+    _code, out = sh(env, "ls /proc | grep -c '^[0-9]'")
+    assert int(out.split()[0]) < 10

@@ -1,0 +1,203 @@
+"""The Patcher backend the host asks for: ``plan`` for the gateway's policy check,
+``apply`` in either mode. All file access goes through the FileSystem the host
+hands to ``apply``."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from pathlib import Path
+
+import anyio
+
+from codespace.contract import ChangedFile, FileSystem, PatchPlan, PatchRequest, PatchResult, PatchTarget, ToolError
+from codespace.policy import normalize
+
+from . import diff
+from .errors import PatchError, ParseError
+from .journal import RollbackFailed, commit, describe, pending, recover
+from .parser import AddFile, DeleteFile, Patch, parse_patch
+from .sections import Done, Run, run_sections
+from .stores import DirectStore, OverlayStore
+
+log = logging.getLogger(__name__)
+
+_PARSED_CACHE = 8  # plan() then apply() parse the same text; keep it once
+
+
+def _parse_hint(message: str) -> str:
+    if "Unexpected line found in update hunk: '@@" in message:
+        return ("Codex 0.171.0 rejects a '@@' line directly after another ('stacked' headers): give each chunk "
+                "one '@@ context' line followed by its ' ', '-' and '+' lines.")
+    if "is not a valid hunk header" in message:
+        return ("Between sections only '*** Add File: p', '*** Delete File: p', '*** Update File: p' and "
+                "'*** End Patch' may appear; every line of an Add File section starts with '+'.")
+    if "Expected update hunk to start with a @@ context marker" in message:
+        return ("Every line of an Update chunk starts with ' ', '-' or '+' (an empty line is an empty context "
+                "line); start a new chunk with '@@'.")
+    return ""
+
+
+def as_tool_error(exc: PatchError, **extra: object) -> ToolError:
+    details = {"upstream_message": exc.message, **exc.details, **extra}
+    hint = exc.hint or (_parse_hint(exc.message) if isinstance(exc, ParseError) else "")
+    text = exc.message + (f"\n\n{hint}" if hint else "")
+    return ToolError(text, code=exc.code, details=details)
+
+
+def _label(path: str, cwd: str, side: str) -> str:
+    """``a/<relative path>`` for a file in the workspace, the absolute path otherwise."""
+    prefix = cwd.rstrip("/") + "/"
+    return f"{side}/{path[len(prefix):]}" if path.startswith(prefix) else path
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8")
+
+
+def _file_diff(done: Done, cwd: str) -> str:
+    a = _label(done.move_from or done.path, cwd, "a")
+    b = _label(done.path, cwd, "b")
+    if done.rewrite is not None:
+        if done.move_from is not None and done.move_from == done.path:
+            return diff.whole_file(_text(done.before), None, a, b)  # a move onto itself deletes the file
+        return diff.unified(done.rewrite.old, done.rewrite.new, done.rewrite.kept, a, b)
+    try:
+        return diff.whole_file(_text(done.before), _text(done.after), a, b)
+    except UnicodeDecodeError:
+        return diff.binary(a, b)
+
+
+DIFF_CAP = 256 * 1024  # per file: a whole new 5 MB file is not worth echoing back to the agent
+
+
+def _capped(text: str) -> str:
+    if len(text) <= DIFF_CAP:
+        return text
+    cut = text.rfind("\n", 0, DIFF_CAP) + 1
+    return text[:cut] + f"... diff truncated: {len(text) - cut} more characters; read the file for the rest\n"
+
+
+def result_of(run: Run, cwd: str, applied: bool) -> PatchResult:
+    # Built from values this module produced: model_construct skips re-validating them
+    # (200 files' worth of validation is a visible share of a 200-file patch).
+    files = [
+        ChangedFile.model_construct(
+            path=d.path, action=d.action, move_from=d.move_from, diff=_capped(_file_diff(d, cwd))
+        )
+        for d in run.done
+    ]
+    return PatchResult.model_construct(summary=run.summary(), files=files, applied=applied)
+
+
+def _target(path: str, action: str, role: str = "target") -> PatchTarget:
+    return PatchTarget.model_construct(path=path, action=action, role=role)
+
+
+class PatchBackend:
+    """Patcher for one workspace (``max_bytes``: the policy's largest file)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._parsed: OrderedDict[str, Patch] = OrderedDict()
+        # One patch at a time per workspace: atomic mode computes from what it read,
+        # so another patch committing in between would be overwritten.
+        self._lock = anyio.Lock()
+
+    def parse(self, patch: str) -> Patch:
+        cached = self._parsed.get(patch)
+        if cached is not None:
+            self._parsed.move_to_end(patch)
+            return cached
+        try:
+            patch.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ToolError(
+                f"the patch is not valid Unicode text (a lone surrogate at character {exc.start}); "
+                "send the patch as plain UTF-8 text",
+                code="patch_invalid",
+            ) from None
+        try:
+            parsed = parse_patch(patch)
+        except ParseError as exc:
+            raise as_tool_error(exc) from None
+        self._parsed[patch] = parsed
+        if len(self._parsed) > _PARSED_CACHE:
+            self._parsed.popitem(last=False)
+        return parsed
+
+    def plan(self, patch: str, cwd: str) -> PatchPlan:
+        targets: list[PatchTarget] = []
+        for section in self.parse(patch).sections:
+            path = normalize(section.path, cwd)
+            if isinstance(section, AddFile):
+                targets.append(_target(path, "add"))
+            elif isinstance(section, DeleteFile):
+                targets.append(_target(path, "delete"))
+            elif section.move_to is None:
+                targets.append(_target(path, "update"))
+            else:
+                targets.append(_target(path, "move", "move_source"))
+                targets.append(_target(normalize(section.move_to, cwd), "move", "move_destination"))
+        return PatchPlan.model_construct(targets=targets)
+
+    async def apply(self, request: PatchRequest, fs: FileSystem, journal_dir: Path) -> PatchResult:
+        patch = self.parse(request.patch)
+        cwd = request.cwd
+        if not cwd.startswith("/"):
+            raise ToolError(f"the host passed no absolute directory for relative patch paths (cwd={cwd!r})",
+                            code="patch_no_cwd")
+
+        def resolve(path: str) -> str:
+            return normalize(path, cwd)
+
+        async with self._lock:
+            if request.mode == "upstream" and not request.dry_run:
+                return await self._apply_upstream(patch, resolve, fs, cwd)
+            await self.recover(fs, journal_dir)
+            store = OverlayStore(fs, self.max_bytes, cwd)
+            try:
+                run = await run_sections(patch, resolve, store, want_diff=True)
+            except PatchError as exc:
+                raise as_tool_error(exc, mode=request.mode, changed=False) from None
+            if not request.dry_run:
+                await self._commit(fs, journal_dir, store)
+            return result_of(run, cwd, applied=not request.dry_run)
+
+    async def _apply_upstream(self, patch: Patch, resolve, fs: FileSystem, cwd: str) -> PatchResult:
+        run = Run()
+        try:
+            await run_sections(patch, resolve, DirectStore(fs, self.max_bytes), want_diff=True, run=run)
+        except PatchError as exc:
+            kept = [f"{'A' if d.action == 'add' else 'D' if d.action == 'delete' else 'M'} {d.shown}" for d in run.done]
+            if kept:
+                exc.hint = (exc.hint + "\n\n" if exc.hint else "") + (
+                    "mode='upstream' keeps the sections applied before the failure: " + ", ".join(kept)
+                    + ". Send only the remaining sections, or use mode='atomic' for all-or-nothing."
+                )
+            raise as_tool_error(exc, mode="upstream", applied_before_failure=kept) from None
+        return result_of(run, cwd, applied=True)
+
+    async def _commit(self, fs: FileSystem, journal_dir: Path, store: OverlayStore) -> None:
+        changes = store.changes()
+        if not changes and not store.new_dirs:
+            return
+        # A cancelled call must not stop a commit half-way; the journal covers crashes.
+        with anyio.CancelScope(shield=True):
+            try:
+                await commit(fs, journal_dir, changes, store.new_dirs, self.max_bytes)
+            except RollbackFailed as exc:
+                raise ToolError(str(exc), code="patch_commit_failed") from exc
+            except ToolError as exc:
+                raise ToolError(
+                    f"the atomic commit failed and was rolled back; no file was changed. Cause: {exc.message}",
+                    code="patch_commit_failed", details=exc.details,
+                ) from exc
+
+    async def recover(self, fs: FileSystem, journal_dir: Path) -> None:
+        if not pending(journal_dir):
+            return
+        outcome = await recover(fs, journal_dir, self.max_bytes)
+        text = describe(outcome)
+        if text:
+            log.warning("patch journal %s: %s", journal_dir, text)

@@ -1,0 +1,208 @@
+"""``codespace-apply-patch``: the helper executable.
+
+Same command-line contract as upstream's ``apply_patch`` (Codex 0.171.0): the
+patch is the single argument, or stdin when there is none; the summary goes to
+stdout, one error line to stderr; exit 0 on success, 1 on failure, 2 on a usage
+error. It can therefore run where a process is needed (inside the sandbox) and
+be compared with the released binary byte for byte.
+
+Unlike upstream it is governed: the workspace is the current directory, every
+target is checked against the workspace policy before anything runs (a refusal
+exits 1 with the policy's message), and all file access goes through the
+file-system plugin (``codespace-fs``). Extra exit codes: 3 when the workspace or
+its file-system backend is unusable, 5 and 7 when start-up hardening fails.
+
+Environment: ``CODESPACE_PATCH_MODE`` = ``upstream`` (default) or ``atomic``;
+``CODESPACE_STATE_DIR`` (the journal of atomic mode lives there).
+
+Imports are deferred to where they are needed: start-up time is most of what a
+one-shot helper costs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_SETUP = 3
+STDIN_CAP = 64 * 1024 * 1024  # read no further: bigger than any policy allows
+
+USAGE = "Usage: apply_patch 'PATCH'\n       echo 'PATCH' | apply_patch\n"
+MODE_ENV = "CODESPACE_PATCH_MODE"
+
+
+def _err(text: str) -> None:
+    sys.stderr.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stderr.buffer.flush()
+
+
+def _out(text: str) -> None:
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.flush()
+
+
+def _read_patch(args: list[str]) -> tuple[str | None, int]:
+    if len(args) > 1:
+        _err("Error: apply_patch accepts exactly one argument.\n")
+        return None, EXIT_USAGE
+    if args:
+        try:
+            args[0].encode("utf-8")
+        except UnicodeEncodeError:
+            _err("Error: apply_patch requires a UTF-8 PATCH argument.\n")
+            return None, EXIT_FAILED
+        return args[0], 0
+    data = sys.stdin.buffer.read(STDIN_CAP + 1)
+    if not data:
+        _err(USAGE)
+        return None, EXIT_USAGE
+    if len(data) > STDIN_CAP:
+        _err(f"Error: the patch on stdin is larger than {STDIN_CAP} bytes; refused.\n")
+        return None, EXIT_FAILED
+    try:
+        return data.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        _err("Error: Failed to read PATCH from stdin.\nstream did not contain valid UTF-8\n")
+        return None, EXIT_FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .hardening import HardeningError, harden
+
+    try:
+        harden()
+    except HardeningError as exc:
+        _err(f"codespace-apply-patch: refusing to run: {exc}\n")
+        return exc.exit_code
+    text, code = _read_patch(sys.argv[1:] if argv is None else argv)
+    if text is None:
+        return code
+    mode = os.environ.get(MODE_ENV, "upstream")
+    if mode not in ("upstream", "atomic"):
+        _err(f"codespace-apply-patch: {MODE_ENV} must be 'upstream' or 'atomic', not {mode!r}\n")
+        return EXIT_SETUP
+    import asyncio
+
+    return asyncio.run(_run(text, mode))
+
+
+async def _run(text: str, mode: str) -> int:
+    from .errors import PatchError
+    from .parser import parse_patch
+
+    from codespace.workspace import Workspace, WorkspaceError
+
+    try:
+        workspace = Workspace.open(os.getcwd())
+    except WorkspaceError as exc:
+        _err(f"codespace-apply-patch: {exc}\n")
+        return EXIT_SETUP
+    limit = workspace.limits.max_argument_bytes
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        _err(
+            f"refused by policy: the patch is {size} bytes and limits.max_argument_bytes is {limit}. "
+            "To proceed: split it into smaller patches.\n"
+        )
+        return EXIT_FAILED
+    try:
+        patch = parse_patch(text)
+    except PatchError as exc:
+        _err(exc.message + "\n")
+        return EXIT_FAILED
+    cwd = str(workspace.root)
+    refusal = _check_policy(patch, workspace, cwd)
+    if refusal is not None:
+        _err(refusal + "\n")
+        return EXIT_FAILED
+    fs = _filesystem(workspace)
+    if fs is None:
+        return EXIT_SETUP
+    return await _apply(patch, mode, workspace, fs, cwd)
+
+
+def _check_policy(patch, workspace, cwd: str) -> str | None:  # noqa: ANN001
+    """The gateway's check, for a helper started outside the server."""
+    from codespace.policy import normalize, validate_agent_path
+
+    for section in patch.sections:
+        for raw in (section.path, getattr(section, "move_to", None)):
+            if raw is None:
+                continue
+            path = normalize(raw, cwd)
+            problem = validate_agent_path(path)
+            if problem is not None:
+                return f"refused: {problem} (rule: path syntax; path {path!r}). To proceed: pass a valid path."
+            refusal = workspace.paths.check(path, "write")
+            if refusal is not None:
+                return refusal.message
+    return None
+
+
+def _filesystem(workspace):  # noqa: ANN001, ANN202
+    from codespace.plugins import Plugins
+
+    plugins = Plugins.load(allow=workspace.policy.plugins.allow, block=workspace.policy.plugins.block, builtins=())
+    fs, _ = plugins.filesystem(workspace)
+    if fs is None:
+        failed = [f"{i.name}: {i.error}" for i in plugins.listing() if i.status == "failed"]
+        _err(
+            "codespace-apply-patch: no file-system backend is installed; the helper reads and writes files only "
+            "through one. Install codespace-fs (pip install ./plugins/fs from the CodeSpace repository)"
+            + (f". Plugins that failed to load: {'; '.join(failed)}" if failed else "") + ".\n"
+        )
+    return fs
+
+
+async def _apply(patch, mode: str, workspace, fs, cwd: str) -> int:  # noqa: ANN001
+    from codespace.policy import normalize
+
+    from .errors import PatchError
+    from .sections import run_sections
+
+    def resolve(path: str) -> str:
+        return normalize(path, cwd)
+
+    max_bytes = workspace.limits.max_file_bytes
+    try:
+        if mode == "upstream":
+            from .stores import DirectStore
+
+            run = await run_sections(patch, resolve, DirectStore(fs, max_bytes))
+        else:
+            run = await _apply_atomic(patch, resolve, workspace, fs, max_bytes)
+    except PatchError as exc:
+        _err(exc.message + "\n")
+        return EXIT_FAILED
+    _out(run.summary())
+    return 0
+
+
+async def _apply_atomic(patch, resolve, workspace, fs, max_bytes: int):  # noqa: ANN001, ANN202
+    from codespace.contract import ToolError
+
+    from .errors import PatchError
+    from .journal import RollbackFailed, commit, pending, recover
+    from .plugin import journal_dir
+    from .sections import run_sections
+    from .stores import OverlayStore
+
+    directory = journal_dir(workspace)
+    if pending(directory):
+        await recover(fs, directory, max_bytes)
+    store = OverlayStore(fs, max_bytes, str(workspace.root))
+    run = await run_sections(patch, resolve, store)
+    changes = store.changes()
+    if changes or store.new_dirs:
+        workspace.ensure_state_dir()
+        try:
+            await commit(fs, directory, changes, store.new_dirs, max_bytes)
+        except (ToolError, RollbackFailed) as exc:
+            raise PatchError(f"atomic commit failed: {exc}") from exc
+    return run
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""Atomic mode's commit: a journal in the state directory makes a crash mid-commit
+recoverable, so a patch is never left half-applied.
+
+Protocol:
+
+1. Before the first file is touched, one journal file is written to
+   ``journal_dir`` (outside the workspace; plain file I/O is fine there): every
+   target's old content (or "absent"), the SHA-256 of its new content (or
+   "absent"), and the directories the patch creates. It is written as
+   ``<id>.tmp``, fsynced, renamed to ``<id>.journal`` and the directory fsynced.
+   The writer holds an exclusive ``flock`` on it for the whole commit; the kernel
+   drops the lock when the process dies, even by SIGKILL.
+2. Deletions, then new directories, then writes go through the FileSystem backend
+   (each write is an atomic replace, so no file is ever torn).
+3. The journal is unlinked.
+
+Recovery (at server start-up, at helper start, before an atomic apply) looks at
+every journal nobody holds a lock on: if every target already has its new state,
+the commit is complete and the journal is dropped; otherwise the commit is rolled
+back to the old contents. Both are idempotent: a crash during recovery leaves a
+journal that the next recovery handles the same way. A target whose current
+content is neither the old nor the new one was changed by someone else after the
+crash; it is left alone and reported.
+
+New contents are recorded by hash only: recovery never has to write them,
+because it completes only a commit whose writes all landed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codespace.contract import FileSystem, FsError, ListDirRequest, RemoveRequest
+
+from .stores import Change, make_dirs
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"codespace-patch-journal 1\n"
+SUFFIX = ".journal"
+TMP_SUFFIX = ".tmp"
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    path: str
+    old: bytes | None
+    new_sha256: str | None
+
+
+@dataclass(slots=True)
+class JournalRecord:
+    entries: list[JournalEntry]
+    dirs: list[str]
+    created: float = 0.0
+    pid: int = 0
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _encode(record: JournalRecord) -> bytes:
+    blobs: list[bytes] = []
+    offset = 0
+    entries = []
+    for entry in record.entries:
+        old = None
+        if entry.old is not None:
+            old = [offset, len(entry.old)]
+            blobs.append(entry.old)
+            offset += len(entry.old)
+        entries.append({"path": entry.path, "old": old, "new_sha256": entry.new_sha256})
+    header = json.dumps(
+        {"created": record.created, "pid": record.pid, "entries": entries, "dirs": record.dirs},
+        ensure_ascii=False, separators=(",", ":"),
+    ).encode("utf-8", "surrogateescape")
+    return b"".join([MAGIC, header, b"\n", *blobs])
+
+
+def _decode(data: bytes) -> JournalRecord:
+    if not data.startswith(MAGIC):
+        raise ValueError("not a codespace-patch journal")
+    end = data.index(b"\n", len(MAGIC))
+    header = json.loads(data[len(MAGIC):end].decode("utf-8", "surrogateescape"))
+    blobs = memoryview(data)[end + 1:]
+    entries = []
+    for item in header["entries"]:
+        old = None if item["old"] is None else bytes(blobs[item["old"][0]:item["old"][0] + item["old"][1]])
+        entries.append(JournalEntry(item["path"], old, item["new_sha256"]))
+    return JournalRecord(entries, list(header["dirs"]), header.get("created", 0.0), header.get("pid", 0))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Journal:
+    """A written, locked journal for the commit in progress."""
+
+    def __init__(self, path: Path, fd: int, record: JournalRecord) -> None:
+        self.path = path
+        self.fd = fd
+        self.record = record
+
+    @classmethod
+    def write(cls, journal_dir: Path, record: JournalRecord) -> Journal:
+        journal_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        name = f"{int(time.time() * 1000):013d}-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp = journal_dir / (name + TMP_SUFFIX)
+        final = journal_dir / (name + SUFFIX)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            data = memoryview(_encode(record))
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+            os.rename(tmp, final)
+            _fsync_dir(journal_dir)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        return cls(final, fd, record)
+
+    def finish(self) -> None:
+        """The commit is complete (or rolled back): drop the journal."""
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self.fd)
+
+    def keep(self) -> None:
+        """Recovery failed: leave the journal for the next start, unlocked."""
+        os.close(self.fd)
+
+
+def record_for(changes: list[Change], new_dirs: list[str]) -> JournalRecord:
+    entries = [JournalEntry(c.path, c.old, None if c.new is None else _sha(c.new)) for c in changes]
+    return JournalRecord(entries, list(new_dirs), time.time(), os.getpid())
+
+
+WRITERS = 8  # writes in flight during a commit
+
+
+async def apply_changes(fs: FileSystem, changes: list[Change], new_dirs: list[str]) -> None:
+    # Deletions first: a deleted file's path may become a directory of the patch.
+    for change in changes:
+        if change.new is None:
+            await fs.delete_file(change.path)
+    await make_dirs(fs, new_dirs)
+    writes = [c for c in changes if c.new is not None]
+    if len(writes) < 4:
+        for change in writes:
+            await fs.write_bytes(change.path, change.new, create_parents=True, follow_symlink=True)
+        return
+    # Targets are distinct paths, so their writes are independent: a backend that
+    # does its I/O on worker threads overlaps them (a 200-file patch is 200 atomic
+    # replaces, most of the commit). The journal covers whichever subset landed.
+    import anyio
+
+    errors: list[BaseException] = []
+    limiter = anyio.CapacityLimiter(WRITERS)
+
+    async def write(change: Change) -> None:
+        async with limiter:
+            if errors:
+                return
+            try:
+                await fs.write_bytes(change.path, change.new, create_parents=True, follow_symlink=True)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, after the others stop
+                errors.append(exc)
+
+    async with anyio.create_task_group() as group:
+        for change in writes:
+            group.start_soon(write, change)
+    if errors:
+        raise errors[0]
+
+
+class RollbackFailed(Exception):
+    pass
+
+
+async def commit(fs: FileSystem, journal_dir: Path, changes: list[Change], new_dirs: list[str], max_bytes: int) -> None:
+    """Write the journal, apply ``changes``, drop the journal. On any failure the
+    changes made so far are rolled back before the error propagates."""
+    journal = Journal.write(journal_dir, record_for(changes, new_dirs))
+    try:
+        await apply_changes(fs, changes, new_dirs)
+    except BaseException as exc:
+        try:
+            skipped = await rollback(fs, journal.record, max_bytes)
+        except Exception as again:
+            journal.keep()
+            raise RollbackFailed(
+                f"the commit failed ({exc}) and rolling it back failed too ({again}); the journal "
+                f"{journal.path} is kept and will be rolled back at the next start"
+            ) from exc
+        if skipped:
+            log.warning("rollback left files changed by someone else: %s", ", ".join(skipped))
+        journal.finish()
+        raise
+    journal.finish()
+
+
+# -- recovery ---------------------------------------------------------------------
+
+
+async def _current(fs: FileSystem, path: str, max_bytes: int) -> bytes | None:
+    """The file's content, or None when nothing is there."""
+    try:
+        return await fs.read_bytes(path, max_bytes=max_bytes, follow_symlink=True)
+    except FsError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise
+
+
+async def _is_new(fs: FileSystem, entry: JournalEntry, max_bytes: int) -> bool:
+    current = await _current(fs, entry.path, max_bytes)
+    if entry.new_sha256 is None:
+        return current is None
+    return current is not None and _sha(current) == entry.new_sha256
+
+
+async def _dir_exists(fs: FileSystem, path: str) -> bool:
+    try:
+        return await fs.kind(path) == "directory"
+    except FsError:
+        return False
+
+
+async def rollback(fs: FileSystem, record: JournalRecord, max_bytes: int) -> list[str]:
+    """Put every target back to its old state; returns targets left alone because
+    they hold content that is neither the old nor the new one."""
+    skipped: list[str] = []
+    for entry in record.entries:
+        if entry.old is not None:
+            continue
+        current = await _current(fs, entry.path, max_bytes)
+        if current is None:
+            continue
+        if entry.new_sha256 is not None and _sha(current) == entry.new_sha256:
+            await fs.delete_file(entry.path)
+        else:
+            skipped.append(entry.path)
+    for directory in sorted(record.dirs, key=lambda d: d.count("/"), reverse=True):
+        try:
+            listing = await fs.list_dir(ListDirRequest(path=directory))
+            if not listing.entries:
+                await fs.remove(RemoveRequest(path=directory, recursive=True))
+        except FsError:
+            pass  # already gone, or someone put files in it: keep it
+    for entry in record.entries:
+        if entry.old is None:
+            continue
+        current = await _current(fs, entry.path, max_bytes)
+        if current == entry.old:
+            continue
+        if current is None or (entry.new_sha256 is not None and _sha(current) == entry.new_sha256):
+            await fs.write_bytes(entry.path, entry.old, create_parents=True, follow_symlink=True)
+        else:
+            skipped.append(entry.path)
+    return skipped
+
+
+@dataclass(slots=True)
+class Recovery:
+    completed: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    skipped_files: list[str] = field(default_factory=list)
+
+
+def pending(journal_dir: Path) -> list[Path]:
+    try:
+        names = os.listdir(journal_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(journal_dir / n for n in names if n.endswith((SUFFIX, TMP_SUFFIX)))
+
+
+async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int) -> Recovery:
+    """Finish or roll back every journal whose writer is gone."""
+    outcome = Recovery()
+    for path in pending(journal_dir):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # its writer finished meanwhile
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    outcome.busy.append(str(path))  # a live commit in another process
+                    continue
+                raise
+            if path.name.endswith(TMP_SUFFIX):
+                # Its writer died before the journal was complete: nothing was touched.
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                record = _decode(_read_all(fd))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("patch journal %s is unreadable (%s); moved aside", path, exc)
+                os.replace(path, str(path) + ".corrupt")
+                outcome.failed.append(str(path))
+                continue
+            try:
+                complete = all([await _is_new(fs, e, max_bytes) for e in record.entries]) and all(
+                    [await _dir_exists(fs, d) for d in record.dirs]
+                )
+                if complete:
+                    outcome.completed.append(str(path))
+                else:
+                    outcome.skipped_files += await rollback(fs, record, max_bytes)
+                    outcome.rolled_back.append(str(path))
+            except Exception as exc:  # noqa: BLE001 - keep the journal for the next attempt
+                log.error("patch journal %s: recovery failed: %s", path, exc)
+                outcome.failed.append(str(path))
+                continue
+            path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+    return outcome
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def describe(outcome: Recovery) -> str:
+    parts = []
+    if outcome.rolled_back:
+        parts.append(f"rolled back {len(outcome.rolled_back)} interrupted patch commit(s)")
+    if outcome.completed:
+        parts.append(f"completed {len(outcome.completed)} interrupted patch commit(s)")
+    if outcome.skipped_files:
+        parts.append("left alone (changed since): " + ", ".join(outcome.skipped_files))
+    if outcome.failed:
+        parts.append("could not recover: " + ", ".join(outcome.failed))
+    return "; ".join(parts)
+
+

@@ -1,0 +1,98 @@
+"""The plugin's hooks: the Patcher backend, crash recovery at start-up, doctor checks.
+
+Imported whenever plugins load (the server, the helper, ``codespace plugins``), so
+it stays light: the backend's modules load when a hook first needs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from codespace import hookimpl
+
+if TYPE_CHECKING:
+    from codespace.backends import Backends
+    from codespace.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+HELPER = "codespace-apply-patch"
+
+
+def journal_dir(workspace: Workspace):  # noqa: ANN201 - a Path
+    from codespace.tools.patch import JOURNAL_DIR
+
+    return workspace.state_dir / JOURNAL_DIR
+
+
+@hookimpl
+def codespace_patcher(workspace: Workspace) -> Any:
+    from .backend import PatchBackend
+
+    return PatchBackend(max_bytes=workspace.limits.max_file_bytes)
+
+
+def _run_on_thread(fn):  # noqa: ANN001, ANN202
+    """Run a coroutine function to completion from synchronous code.
+
+    The start-up hook is synchronous but may be called inside the server's event
+    loop; a private loop on a thread keeps the two apart.
+    """
+    import anyio
+
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            box["result"] = anyio.run(fn)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=body, name="codespace-patch-recovery")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+@hookimpl
+def codespace_startup(workspace: Workspace, backends: Backends) -> None:
+    """Roll back (or finish) an atomic commit a crash interrupted."""
+    from .journal import describe, pending, recover
+
+    directory = journal_dir(workspace)
+    if not pending(directory):
+        return
+    fs = backends.filesystem()
+    outcome = _run_on_thread(lambda: recover(fs, directory, workspace.limits.max_file_bytes))
+    text = describe(outcome)
+    if text:
+        log.warning("apply_patch recovery in %s: %s", directory, text)
+
+
+@hookimpl
+def codespace_doctor(workspace: Workspace) -> list:
+    from codespace.doctor import Check
+
+    from .journal import pending
+
+    checks = []
+    beside = os.path.join(os.path.dirname(sys.executable), HELPER)  # the server's own environment first
+    helper = beside if os.access(beside, os.X_OK) else shutil.which(HELPER)
+    checks.append(Check(
+        "patch helper", helper is not None, helper or f"{HELPER} is neither beside {sys.executable} nor on PATH",
+        "" if helper else "reinstall codespace-patch (pip install ./plugins/patch) in the server's environment",
+    ))
+    left = pending(journal_dir(workspace))
+    checks.append(Check(
+        "patch journal", not left,
+        "no interrupted atomic patch" if not left else f"{len(left)} journal(s) in {journal_dir(workspace)}",
+        "" if not left else "start the server once: it rolls interrupted patches back at start-up",
+    ))
+    return checks

@@ -1,0 +1,148 @@
+"""Running a parsed patch's sections in order (apply-patch.md §4, §6, §9).
+
+Each section runs against the *current* state of a :class:`Store`: the real file
+system (upstream mode, where a failure leaves earlier sections applied) or an
+in-memory overlay of it (atomic mode, committed afterwards). The messages are
+upstream's, whichever store is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from .applying import Rewrite, rewrite
+from .errors import NO_FILES, ApplyError, rust_utf8_error
+from .parser import AddFile, DeleteFile, Patch, Section, UpdateFile
+
+
+class StoreFailure(Exception):
+    """A store operation failed; ``reason`` is the io::Error text upstream would show
+    where its message has one; ``detail`` is what the backend said, for agents."""
+
+    def __init__(self, reason: str, detail: str = "", code: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+        self.code = code
+
+
+class Store(Protocol):
+    async def read(self, path: str) -> bytes:
+        """The content of ``path`` (following links); StoreFailure otherwise."""
+
+    async def write(self, path: str, data: bytes, *, create_parents: bool) -> None:
+        """Replace or create ``path`` (writing through a final link)."""
+
+    async def delete(self, path: str) -> None:
+        """A Delete section: remove a file or a link to a file; never a directory."""
+
+    async def remove(self, path: str) -> None:
+        """Remove a moved file's source."""
+
+    async def peek(self, path: str) -> bytes | None:
+        """Best-effort current content for a diff (None when absent or unreadable)."""
+
+
+Action = Literal["add", "update", "delete", "move"]
+
+
+@dataclass(slots=True)
+class Done:
+    """One section that succeeded."""
+
+    action: Action
+    shown: str  # the path as the summary prints it
+    path: str  # absolute
+    move_from: str | None = None
+    before: bytes | None = None  # for the diff
+    after: bytes | None = None
+    rewrite: Rewrite | None = None
+
+
+@dataclass(slots=True)
+class Run:
+    done: list[Done] = field(default_factory=list)
+
+    def summary(self) -> str:
+        letters = {"add": "A", "update": "M", "move": "M", "delete": "D"}
+        lines = ["Success. Updated the following files:"]
+        for group in ("A", "M", "D"):
+            lines += [f"{group} {d.shown}" for d in self.done if letters[d.action] == group]
+        return "\n".join(lines) + "\n"
+
+
+def _fail(message: str, failure: StoreFailure | None = None, **details: object) -> ApplyError:
+    hint = f"The file-system backend said: {failure.detail}" if failure is not None and failure.detail else ""
+    code = (failure.code if failure is not None and failure.code else None) or "patch_io_error"
+    return ApplyError(message, code=code, hint=hint, details={k: v for k, v in details.items() if v is not None})
+
+
+async def run_sections(
+    patch: Patch, resolve, store: Store, *, want_diff: bool = False, run: Run | None = None
+) -> Run:
+    """Apply ``patch`` through ``store``; ``resolve(path)`` gives the absolute path.
+
+    Raises ApplyError at the first failing section; ``run`` (when passed) then holds
+    the sections that succeeded before it.
+    """
+    run = run if run is not None else Run()
+    if not patch.sections:
+        raise ApplyError(NO_FILES, code="patch_empty", hint="The patch has no Add, Delete or Update File sections.")
+    for section in patch.sections:
+        run.done.append(await _section(section, resolve, store, want_diff))
+    return run
+
+
+async def _section(section: Section, resolve, store: Store, want_diff: bool) -> Done:
+    path = resolve(section.path)
+    if isinstance(section, AddFile):
+        data = section.contents.encode("utf-8", "surrogatepass")
+        before = await store.peek(path) if want_diff else None
+        try:
+            await store.write(path, data, create_parents=True)
+        except StoreFailure as exc:
+            raise _fail(f"Failed to write file {path}", exc, path=path, section_line=section.line) from None
+        return Done("add", section.path, path, before=before, after=data)
+    if isinstance(section, DeleteFile):
+        before = await store.peek(path) if want_diff else None
+        try:
+            await store.delete(path)
+        except StoreFailure as exc:
+            raise _fail(f"Failed to delete file {path}", exc, path=path, section_line=section.line) from None
+        return Done("delete", section.path, path, before=before)
+    return await _update(section, path, resolve, store)
+
+
+async def _update(section: UpdateFile, path: str, resolve, store: Store) -> Done:
+    try:
+        raw = await store.read(path)
+    except StoreFailure as exc:
+        raise _fail(f"Failed to read file to update {path}: {exc.reason}", exc, path=path, section_line=section.line) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApplyError(
+            f"Failed to read file to update {path}: {rust_utf8_error(exc)}", code="patch_not_utf8",
+            hint="Patches apply to UTF-8 text files only; this file is binary or in another encoding. "
+            "Replace it with write_file (encoding='base64') instead.",
+            details={"path": path, "byte_offset": exc.start},
+        ) from None
+    result = rewrite(text, section.chunks, path)
+    data = result.text().encode("utf-8", "surrogatepass")
+    if section.move_to is None:
+        try:
+            await store.write(path, data, create_parents=False)
+        except StoreFailure as exc:
+            raise _fail(f"Failed to write file {path}", exc, path=path, section_line=section.line) from None
+        return Done("update", section.path, path, before=raw, after=data, rewrite=result)
+    destination = resolve(section.move_to)
+    try:
+        await store.write(destination, data, create_parents=True)
+    except StoreFailure as exc:
+        raise _fail(f"Failed to write file {destination}", exc, path=destination, section_line=section.line) from None
+    try:
+        await store.remove(path)
+    except StoreFailure as exc:
+        raise _fail(f"Failed to remove original {path}", exc, path=path, section_line=section.line) from None
+    return Done("move", section.move_to, destination, move_from=path, before=raw, after=data, rewrite=result)

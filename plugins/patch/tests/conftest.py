@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from codespace.testing import MODES, build_app
+
+TESTS = Path(__file__).resolve().parent
+PLUGIN_DIR = TESTS.parent
+TEST_PLUGINS = TESTS / "plugins"
+TEST_FS = "patch_testfs"
+
+# conformance/ (fixtures, oracle, generator) lives next to the package, not in it.
+if str(PLUGIN_DIR) not in sys.path:
+    sys.path.insert(0, str(PLUGIN_DIR))
+
+REAL_FS = importlib.util.find_spec("codespace_fs") is not None
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """Every in-process MCP test runs in both client modes."""
+    return request.param
+
+
+@pytest.fixture(params=[TEST_FS, "fs"])
+def fs_plugin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The FileSystem backend under the patcher: the tests' own, and the real
+    codespace-fs when it is installed."""
+    if request.param == "fs" and not REAL_FS:
+        pytest.skip("codespace-fs is not installed in this environment")
+    monkeypatch.syspath_prepend(str(TEST_PLUGINS))
+    return request.param
+
+
+@pytest.fixture
+def test_plugins(monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(TEST_PLUGINS))
+    return TEST_PLUGINS
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return Path(os.path.realpath(path))
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def app_factory(ws: Path, state: Path, fs_plugin: str):
+    def make(policy: str | None = None):
+        return build_app(ws, state_dir=state, policy=policy, plugins=("patch", fs_plugin))
+
+    return make
+
+
+def write(root: Path, files: dict[str, bytes | str]) -> None:
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
+def patch_of(*lines: str) -> str:
+    return "\n".join(["*** Begin Patch", *lines, "*** End Patch"])

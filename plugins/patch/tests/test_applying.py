@@ -1,0 +1,183 @@
+"""Locating chunks and rewriting text (apply-patch.md §5, §7, §8), on the pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from codespace_patch import ApplyError, parse_patch, rewrite
+from codespace_patch.line_endings import Lines
+from codespace_patch.rust_text import RUST_WHITESPACE, trim
+from codespace_patch.seek import Seeker
+
+
+def update(text: str, *body: str) -> str:
+    (section,) = parse_patch("\n".join(["*** Begin Patch", "*** Update File: f", *body, "*** End Patch"])).sections
+    return rewrite(text, section.chunks, "/w/f").text()
+
+
+def failure(text: str, *body: str) -> ApplyError:
+    with pytest.raises(ApplyError) as info:
+        update(text, *body)
+    return info.value
+
+
+# -- line model ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "texts", "terms"),
+    [
+        ("a\r\rb\n", ["a", "", "b"], ["\r", "\r", "\n"]),
+        ("x\nfoo\r\r\ny", ["x", "foo", "", "y"], ["\n", "\r", "\r\n", ""]),
+        ("", [], []),
+        ("a\n", ["a"], ["\n"]),
+        ("a\x0bb\x0c\x1c\x85\u2028c", ["a\x0bb\x0c\x1c\x85\u2028c"], [""]),
+    ],
+)
+def test_lines_split_only_at_cr_and_lf(text, texts, terms):
+    lines = Lines.parse(text)
+    assert (lines.texts, lines.terms) == (texts, terms)
+
+
+def test_preferred_ending_is_the_first():
+    assert Lines.parse("a\r\nb\nc").preferred == "\r\n"
+    assert Lines.parse("a\rb\r\n").preferred == "\r"
+    assert Lines.parse("abc").preferred == "\n"
+
+
+# -- matching passes -------------------------------------------------------------------
+
+
+def test_rust_whitespace_set():
+    assert trim("\u3000\u2028 a \x85\u00a0") == "a"
+    assert trim("\x1ca\x1f") == "\x1ca\x1f"
+    assert trim("\u200ba") == "\u200ba"
+    assert set(RUST_WHITESPACE) >= {"\t", "\n", "\x0b", "\x0c", "\r", " ", "\u1680", "\u205f"}
+
+
+def test_exact_match_further_down_beats_a_loose_match_further_up():
+    seeker = Seeker(["foo ", "x", "foo"])
+    assert seeker.find(["foo"], 0) == 2
+    assert seeker.find(["foo "], 0) == 0
+    assert seeker.find(["  foo"], 0) == 0  # pass 3
+
+
+def test_all_lines_must_match_under_the_same_pass():
+    seeker = Seeker(["a ", "b"])
+    assert seeker.find(["a", "b"], 0) == 0  # pass 2 for both
+    assert Seeker(["a\tb"]).find(["a b"], 0) is None  # inner whitespace is not normalised
+
+
+@pytest.mark.parametrize("fancy", ["\u2010", "\u2011", "\u2012", "\u2013", "\u2014", "\u2015", "\u2212"])
+def test_dashes(fancy):
+    assert Seeker([f"a {fancy} b"]).find(["a - b"], 0) == 0
+    assert Seeker(["a - b"]).find([f"a {fancy} b"], 0) == 0
+
+
+@pytest.mark.parametrize(
+    ("fancy", "ascii"),
+    [("\u2018x\u2019", "'x'"), ("\u201ax\u201b", "'x'"), ("\u201cx\u201d", '"x"'), ("\u201ex\u201f", '"x"'),
+     ("a\u00a0b", "a b"), ("a\u202fb", "a b"), ("a\u3000b", "a b"), ("a\u2009b", "a b")],
+)
+def test_quotes_and_spaces(fancy, ascii):
+    assert Seeker([fancy]).find([ascii], 0) == 0
+
+
+@pytest.mark.parametrize("other", ["\u2026", "\u00ab", "\u2000", "\u2001", "\u1680", "\u00ad", "\u200b", "\uff0d", "\u2032"])
+def test_look_alikes_that_do_not_map(other):
+    assert Seeker([f"a{other}b"]).find(["a-b"], 0) is None
+    assert Seeker([f"a{other}b"]).find(["a b"], 0) is None
+
+
+def test_accents_are_not_folded():
+    assert Seeker(["café"]).find(["cafe"], 0) is None
+
+
+def test_end_of_file_anchor_has_no_fallback():
+    seeker = Seeker(["a", "b", "a", "c"])
+    assert seeker.find(["a"], 0, end_of_file=True) is None
+    assert seeker.find(["c"], 0, end_of_file=True) == 3
+    assert seeker.find(["a", "b", "a", "c", "d"], 0) is None
+
+
+# -- rewriting -------------------------------------------------------------------------
+
+
+def test_context_lines_keep_the_files_text_and_terminator():
+    assert update("  foo  \nbar\n", " foo", "-bar", "+baz") == "  foo  \nbaz\n"
+    assert update("a1 \nb\nc1 \nd\n", " a1", "-b", "+B", " c1", "-d", "+D") == "a1 \nB\nc1 \nD\n"
+    assert update("a1 \r\nb\nc1 \rd", " a1", "-b", "+B", " c1", "-d", "+D") == "a1 \r\nB\r\nc1 \rD\r\n"
+
+
+def test_every_line_ends_terminated_even_for_a_context_only_chunk():
+    assert update("one\ntwo", " one") == "one\ntwo\n"
+    assert update("no newline at end", "-no newline at end", "+first line", "+second line") == "first line\nsecond line\n"
+    assert update("a", "-a") == ""
+
+
+def test_new_lines_take_the_preferred_ending():
+    assert update("a\r\nb\nc\n", "-b", "+B") == "a\r\nB\r\nc\n"
+    assert update("a\rb\r", " a", "+n") == "a\rn\rb\r"
+
+
+def test_pure_insertion_appends_at_end_whatever_the_header():
+    assert update("def a():\n    pass\nx\n", "@@ def a():", "+new") == "def a():\n    pass\nx\nnew\n"
+    assert update("line1\nline2\n", "@@", "+added line 1", "+added line 2") == "line1\nline2\nadded line 1\nadded line 2\n"
+    assert update("", "+x") == "x\n"
+    assert update("last", "+x") == "last\nx\n"
+
+
+def test_trailing_empty_line_is_dropped_once_when_nothing_matches():
+    assert update("x\ny\n", " y", "-", "+z") == "x\ny\nz\n"
+    assert update("x\ny\n", "-", "+z") == "z\nx\ny\n"
+    assert update("x\ny\n", "@@ x", "-", "+z") == "x\nz\ny\n"
+    assert update("x \ny\n", " x", "", "+z") == "x \n\nz\ny\n"
+
+
+def test_chunks_must_follow_file_order_and_context_header_precedes_the_block():
+    err = failure("a\nb\nc\n", "@@", "-c", "+C", "@@", "-a", "+A")
+    assert err.message == "Failed to find expected lines in /w/f:\na"
+    err = failure("def f():\n    x\n", "@@ def f():", "-def f():", "+def g():")
+    assert err.message == "Failed to find expected lines in /w/f:\ndef f():"
+    assert failure("a\n", "@@ nope", "-a").message == "Failed to find context 'nope' in /w/f"
+
+
+def test_one_unmatched_chunk_fails_the_whole_file():
+    err = failure("a\nb\n", "-a", "+A", "@@", "-zzz", "+Z")
+    assert err.message == "Failed to find expected lines in /w/f:\nzzz"
+
+
+def test_bom_is_part_of_line_one():
+    assert failure("\ufeffa\nb\n", "-a", "+A").message.startswith("Failed to find expected lines")
+    assert update("\ufeffa\nb\n", "-\ufeffa", "+A") == "A\nb\n"
+
+
+def test_failure_details_point_at_the_chunk_and_the_closest_lines():
+    text = "".join(f"line {i}\n" for i in range(1, 40)) + "    value = compute(x)\n    return value\n"
+    err = failure(text, "@@", "-line 2", "+two", "@@", "     value = compute(y)", "-    return value", "+    return 0")
+    assert err.details["chunk"] == 2 and err.details["chunks"] == 2
+    assert err.details["expected"] == ["    value = compute(y)", "    return value"]
+    assert err.details["closest"]["start_line"] == 40
+    assert "chunk 2 of 2" in err.hint and "    return value" in err.hint
+
+
+def test_large_file_many_chunks_is_exact():
+    lines = [f"def function_{i}(arg):\n    a = {i}\n    b = a + 1\n    return b\n\n" for i in range(2000)]
+    body = []
+    for i in range(0, 2000, 10):
+        body += [f"@@ def function_{i}(arg):", f"     a = {i}", "-    b = a + 1", "+    b = a + 2", "+    c = b", "     return b"]
+    out = update("".join(lines), *body)
+    assert out.count("b = a + 2") == 200 and out.count("b = a + 1") == 1800
+
+
+def test_context_lines_are_not_part_of_an_edit_so_end_of_file_ties_keep_chunk_order():
+    assert update("a\nb\n", "@@", "+X", "@@", " b", "-", "+Y") == "a\nb\nX\nY\n"
+    assert update("a\nb\n", "@@", "+P", "@@", " b", "+Y") == "a\nb\nP\nY\n"
+    assert update("a\nb\n", "@@", " b", "+Y", "@@", "+P") == "a\nb\nY\nP\n"
+    assert update("a\nb\n", "@@", "+P", "@@", "-b", "+Y") == "a\nY\nP\n"
+
+
+def test_removed_and_added_lines_take_the_patch_text_even_when_equal():
+    assert update("a\r\nfoo  \n", "-foo", "+foo") == "a\r\nfoo\r\n"
+    assert update("x\na \nb \n", " x", "-a", "-b", "+b", "+a") == "x\nb\na\n"
+    assert update("q\nx \ny\n", "-q", " x", "+x") == "x \nx\ny\n"

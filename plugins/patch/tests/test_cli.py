@@ -1,0 +1,135 @@
+"""The helper executable: upstream's command-line contract, CodeSpace's checks,
+start-up hardening and a lean start-up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TEST_PLUGINS, patch_of, write
+
+from conformance.helper import helper_argv, helper_env, run_helper
+from conformance.trees import snapshot
+
+USAGE = b"Usage: apply_patch 'PATCH'\n       echo 'PATCH' | apply_patch\n"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return helper_env(str(tmp_path / "state"), str(tmp_path), "test")
+
+
+@pytest.fixture
+def argv() -> list[str]:
+    return helper_argv("test")
+
+
+def test_argument_patch_summary_and_exit_code(ws, argv, env):
+    write(ws, {"a.txt": "a\n", "gone.txt": "x\n"})
+    out = run_helper(argv, str(ws), patch_of("*** Delete File: gone.txt", "*** Update File: a.txt", "-a", "+b",
+                                             "*** Add File: ./n.txt", "+n"), env)
+    assert (out.code, out.stderr) == (0, b"")
+    assert out.stdout == b"Success. Updated the following files:\nA ./n.txt\nM a.txt\nD gone.txt\n"
+
+
+def test_patch_on_stdin(ws, argv, env):
+    out = run_helper(argv, str(ws), None, env, stdin=patch_of("*** Add File: s.txt", "+x").encode() + b"\n")
+    assert out.code == 0 and (ws / "s.txt").read_text() == "x\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "code", "stderr"),
+    [
+        ([], b"", 2, USAGE),
+        (["a", "b"], b"", 2, b"Error: apply_patch accepts exactly one argument.\n"),
+        ([], b"\xff", 1, b"Error: Failed to read PATCH from stdin.\nstream did not contain valid UTF-8\n"),
+        ([os.fsdecode(b"\xff")], b"", 1, b"Error: apply_patch requires a UTF-8 PATCH argument.\n"),
+        ([], b"\n", 1, b"Invalid patch: The last line of the patch must be '*** End Patch'\n"),
+        ([""], b"", 1, b"Invalid patch: The last line of the patch must be '*** End Patch'\n"),
+        (["*** Begin Patch\n*** End Patch"], b"", 1, b"No files were modified.\n"),
+    ],
+)
+def test_command_line_errors_match_upstream(ws, argv, env, args, stdin, code, stderr):
+    done = subprocess.run([*argv, *args], cwd=ws, env=env, input=stdin, capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (code, b"", stderr)
+
+
+def test_error_output_is_upstreams_only(ws, argv, env):
+    write(ws, {"f.py": "x = 1\n"})
+    out = run_helper(argv, str(ws), patch_of("*** Update File: f.py", "-y = 2", "+y = 3"), env)
+    assert (out.code, out.stdout) == (1, b"")
+    assert out.stderr == f"Failed to find expected lines in {ws}/f.py:\ny = 2\n".encode()
+
+
+def test_atomic_mode(ws, argv, env):
+    write(ws, {"a.txt": "a\n"})
+    before = snapshot(ws)
+    patch = patch_of("*** Add File: created.txt", "+hello", "*** Update File: missing.txt", "-x", "+y")
+    out = run_helper(argv, str(ws), patch, {**env, "CODESPACE_PATCH_MODE": "atomic"})
+    assert out.code == 1 and out.stderr.startswith(b"Failed to read file to update")
+    assert snapshot(ws) == before
+    out = run_helper(argv, str(ws), patch, env)  # upstream mode keeps the first section (scenario 015)
+    assert out.code == 1 and (ws / "created.txt").exists()
+    out = run_helper(argv, str(ws), patch_of("*** Update File: a.txt", "-a", "+b"), {**env, "CODESPACE_PATCH_MODE": "atomic"})
+    assert out.code == 0 and (ws / "a.txt").read_text() == "b\n"
+
+
+def test_setup_problems_exit_3_with_a_clear_message(ws, argv, env):
+    out = run_helper(argv, str(ws), patch_of("*** Add File: a", "+x"), {**env, "CODESPACE_PLUGINS_ALLOW": "patch"})
+    assert out.code == 3 and b"no file-system backend is installed" in out.stderr and b"codespace-fs" in out.stderr
+    out = run_helper(argv, str(ws), patch_of("*** Add File: a", "+x"), {**env, "CODESPACE_PATCH_MODE": "partial"})
+    assert out.code == 3 and b"CODESPACE_PATCH_MODE" in out.stderr
+    out = run_helper(argv, str(ws), patch_of("*** Add File: a", "+x"), {**env, "CODESPACE_STATE_DIR": str(ws)})
+    assert out.code == 3 and b"state directory" in out.stderr
+    assert list(ws.iterdir()) == []
+
+
+def test_console_script_is_installed(ws, env, tmp_path):
+    script = Path(sys.executable).with_name("codespace-apply-patch")
+    assert script.exists()
+    env = {**env, "PYTHONPATH": str(TEST_PLUGINS)}
+    done = subprocess.run([str(script), patch_of("*** Add File: a.txt", "+x")], cwd=ws, env=env, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (ws / "a.txt").read_text() == "x\n"
+
+
+HARDENING_PROBE = """
+import ctypes, os, resource, sys
+from codespace_patch.hardening import harden
+harden()
+libc = ctypes.CDLL(None)
+print(libc.prctl(3, 0, 0, 0, 0), resource.getrlimit(resource.RLIMIT_CORE), sorted(k for k in os.environ if k.startswith("LD_")))
+"""
+
+
+def test_hardening():
+    env = {**os.environ, "LD_PRELOAD": "", "LD_LIBRARY_PATH": "/nonexistent", "LD_FOO": "1"}
+    done = subprocess.run([sys.executable, "-c", HARDENING_PROBE], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "0 (0, 0) []", done.stderr
+
+
+def test_hardening_failure_is_fatal_with_its_own_exit_code(ws):
+    probe = (
+        "import sys, codespace_patch.hardening as h\n"
+        "def fail(): raise h.HardeningError('prctl(PR_SET_DUMPABLE, 0) failed: test', h.EXIT_PRCTL_FAILED)\n"
+        "h.harden = fail\n"
+        "from codespace_patch.cli import main\n"
+        "sys.exit(main(['*** Begin Patch\\n*** Add File: a\\n+x\\n*** End Patch']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ws, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 5 and "refusing to run" in done.stderr
+    assert list(ws.iterdir()) == []
+
+
+def test_startup_imports_stay_lean(ws, argv, env):
+    lean = [argv[0], "-X", "importtime", *argv[1:]]
+    done = subprocess.run([*lean, patch_of("*** Add File: a.txt", "+x")], cwd=ws, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    modules = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "codespace_patch.cli" in modules
+    for heavy in ("mcp", "codespace.server", "codespace.gateway", "codespace.tools.files", "anyio", "difflib"):
+        assert heavy not in modules, f"{heavy} is imported at helper start-up"
