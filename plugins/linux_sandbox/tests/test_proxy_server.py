@@ -1,0 +1,293 @@
+"""The egress proxy with real sockets and real upstream servers on loopback."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import socketserver
+import struct
+import threading
+
+import anyio
+import pytest
+
+from codespace_linux_sandbox.proxy.rules import DomainRules
+from codespace_linux_sandbox.proxy.server import EgressProxy
+
+pytestmark = pytest.mark.anyio
+
+
+class _Upstream(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    seen: list[tuple[str, str, str, bytes]] = []
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if self.headers.get("Transfer-Encoding") == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        else:
+            body = self.rfile.read(length)
+        _Upstream.seen.append((self.command, self.path, self.headers.get("Host", ""), body))
+        reply = f"{self.command} {self.path} {len(body)}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    do_GET = do_POST = do_HEAD = do_OPTIONS = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+@pytest.fixture
+def upstream():
+    _Upstream.seen = []
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Upstream)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def echo():
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+class Resolver:
+    def __init__(self, table: dict[str, list[str]]) -> None:
+        self.table = table
+        self.calls: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.calls.append(host)
+        if host not in self.table:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return self.table[host]
+
+
+def _proxy(allowed, denied=(), *, local=True, limited=False, table=None):
+    events = []
+    resolver = Resolver(table or {"allowed.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
+    proxy = EgressProxy(DomainRules(list(allowed), list(denied), limited=limited, allow_local_binding=local),
+                        events.append, resolver)
+    return proxy, events, resolver
+
+
+async def _exchange(port: int, data: bytes, *, read_until: bytes = b"", timeout: float = 10) -> bytes:
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(data)
+        received = b""
+        with anyio.move_on_after(timeout):
+            while True:
+                try:
+                    received += await stream.receive()
+                except anyio.EndOfStream:
+                    break
+                if read_until and read_until in received:
+                    break
+        return received
+
+
+async def test_http_absolute_form_allowed_and_rewritten(upstream):
+    proxy, events, _ = _proxy(["allowed.test"])
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        reply = await _exchange(port, f"GET http://allowed.test:{upstream}/p?q=1 HTTP/1.1\r\nHost: allowed.test\r\n"
+                                      "Proxy-Connection: keep-alive\r\nConnection: close\r\n\r\n".encode())
+        tg.cancel_scope.cancel()
+    assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"GET /p?q=1 0")
+    assert _Upstream.seen[0][:3] == ("GET", "/p?q=1", "allowed.test")
+    assert [(e.decision, e.protocol, e.host, e.port, e.method) for e in events] == [
+        ("allow", "http", "allowed.test", upstream, "GET")]
+
+
+@pytest.mark.parametrize("target, header, allowed, denied", [
+    ("http://blocked.test/", "blocked-by-allowlist", ["allowed.test"], []),
+    ("http://deny.allowed.test/", "blocked-by-denylist", ["**.allowed.test"], ["deny.allowed.test"]),
+    ("http://nothing.test/", "blocked-by-allowlist", [], []),
+])
+async def test_http_blocked_gets_403_with_reason(target, header, allowed, denied):
+    proxy, events, _ = _proxy(allowed, denied)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        reply = await _exchange(port, f"GET {target} HTTP/1.1\r\n\r\n".encode())
+        tg.cancel_scope.cancel()
+    assert reply.startswith(b"HTTP/1.1 403")
+    assert f"x-proxy-error: {header}".encode() in reply
+    assert events[0].decision == "deny" and "/" not in events[0].host
+
+
+async def test_limited_mode_pins_and_rechecks_every_request(upstream):
+    proxy, events, _ = _proxy(["allowed.test"], limited=True)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        pipelined = (f"GET http://allowed.test:{upstream}/one HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+                     f"POST http://allowed.test:{upstream}/two HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc").encode()
+        reply = await _exchange(port, pipelined, read_until=b"blocked-by-method-policy")
+        tg.cancel_scope.cancel()
+    assert b"GET /one 0" in reply and b"x-proxy-error: blocked-by-method-policy" in reply
+    assert [s[:2] for s in _Upstream.seen] == [("GET", "/one")]
+    assert [(e.decision, e.reason, e.method) for e in events] == [("allow", "allowed", "GET"), ("deny", "method", "POST")]
+
+
+async def test_one_destination_per_connection(upstream):
+    proxy, _, _ = _proxy(["allowed.test", "other.test"])
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        reply = await _exchange(port, (f"GET http://allowed.test:{upstream}/a HTTP/1.1\r\n\r\n"
+                                       f"GET http://other.test:{upstream}/b HTTP/1.1\r\n\r\n").encode(),
+                                read_until=b"one destination")
+        tg.cancel_scope.cancel()
+    assert b"GET /a 0" in reply and b"400 Bad Request" in reply
+    assert [s[1] for s in _Upstream.seen] == ["/a"]
+
+
+async def test_chunked_and_sized_bodies_are_forwarded(upstream):
+    proxy, _, _ = _proxy(["allowed.test"])
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        reply = await _exchange(port, (
+            f"POST http://allowed.test:{upstream}/c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"
+            f"POST http://allowed.test:{upstream}/s HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+        ).encode(), read_until=b"POST /s 5")
+        tg.cancel_scope.cancel()
+    assert b"POST /c 7" in reply and b"POST /s 5" in reply
+    assert [s[3] for s in _Upstream.seen] == [b"abcdefg", b"hello"]
+
+
+async def test_https_absolute_form_is_refused():
+    proxy, _, _ = _proxy(["allowed.test"])
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        reply = await _exchange(port, b"GET https://allowed.test/ HTTP/1.1\r\n\r\n")
+        tg.cancel_scope.cancel()
+    assert reply.startswith(b"HTTP/1.1 400") and b"CONNECT" in reply
+
+
+async def test_connect_tunnel_and_refusal(echo):
+    proxy, events, _ = _proxy(["allowed.test"])
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        reply = await _exchange(port, f"CONNECT allowed.test:{echo} HTTP/1.1\r\n\r\nping".encode(), read_until=b"ping")
+        refused = await _exchange(port, f"CONNECT blocked.test:{echo} HTTP/1.1\r\n\r\n".encode())
+        tg.cancel_scope.cancel()
+    assert reply == b"HTTP/1.1 200 Connection Established\r\n\r\nping"
+    assert refused.startswith(b"HTTP/1.1 403") and b"blocked-by-allowlist" in refused
+    assert [(e.protocol, e.decision) for e in events] == [("connect", "allow"), ("connect", "deny")]
+
+
+def _socks_connect(host: str, port: int) -> bytes:
+    if host.replace(".", "").isdigit():
+        return b"\x05\x01\x00\x01" + socket.inet_aton(host) + struct.pack("!H", port)
+    return b"\x05\x01\x00\x03" + bytes([len(host)]) + host.encode() + struct.pack("!H", port)
+
+
+async def test_socks5_connect_and_replies(echo):
+    proxy, events, _ = _proxy(["allowed.test", "127.0.0.1"])
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        ok = await _exchange(port, b"\x05\x01\x00" + _socks_connect("allowed.test", echo) + b"hi", read_until=b"hi")
+        by_ip = await _exchange(port, b"\x05\x01\x00" + _socks_connect("127.0.0.1", echo) + b"yo", read_until=b"yo")
+        denied = await _exchange(port, b"\x05\x01\x00" + _socks_connect("blocked.test", 80))
+        udp = await _exchange(port, b"\x05\x01\x00\x05\x03\x00\x01" + socket.inet_aton("127.0.0.1") + b"\x00\x35")
+        no_auth = await _exchange(port, b"\x05\x01\x02")
+        tg.cancel_scope.cancel()
+    assert ok[:4] == b"\x05\x00\x05\x00" and ok.endswith(b"hi")
+    assert by_ip.endswith(b"yo")
+    assert denied[2:4] == b"\x05\x02"  # connection not allowed by ruleset
+    assert udp[2:4] == b"\x05\x07"  # UDP ASSOCIATE: command not supported
+    assert no_auth == b"\x05\xff"
+    assert [e.decision for e in events] == ["allow", "allow", "deny", "deny"]
+
+
+async def test_rebinding_to_private_addresses_is_blocked(upstream):
+    table = {"rebind.test": ["10.0.0.5"], "mixed.test": ["192.88.99.1", "127.0.0.1"],
+             "mapped.test": ["::ffff:127.0.0.1"]}
+    proxy, events, _ = _proxy(["rebind.test", "mixed.test", "mapped.test", "127.0.0.1"], local=False, table=table)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        replies = [await _exchange(port, f"GET http://{h}:{upstream}/ HTTP/1.1\r\n\r\n".encode())
+                   for h in ("rebind.test", "mixed.test", "mapped.test", "127.0.0.1")]
+        tg.cancel_scope.cancel()
+    for reply in replies:
+        assert reply.startswith(b"HTTP/1.1 403") and b"local or private" in reply
+    assert {e.reason for e in events} == {"private-address"}
+    assert _Upstream.seen == []
+
+
+async def test_resolution_happens_once_and_the_checked_address_is_used(upstream):
+    class Flipping(Resolver):
+        async def __call__(self, host, port):
+            self.calls.append(host)
+            return ["127.0.0.1"] if len(self.calls) == 1 else ["10.9.9.9"]
+
+    events = []
+    resolver = Flipping({})
+    proxy = EgressProxy(DomainRules(["allowed.test"], [], allow_local_binding=True), events.append, resolver)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        reply = await _exchange(port, (f"GET http://allowed.test:{upstream}/1 HTTP/1.1\r\n\r\n"
+                                       f"GET http://allowed.test:{upstream}/2 HTTP/1.1\r\nConnection: close\r\n\r\n"
+                                       ).encode(), read_until=b"GET /2 0")
+        tg.cancel_scope.cancel()
+    assert b"GET /1 0" in reply and b"GET /2 0" in reply
+    assert resolver.calls == ["allowed.test"]
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_200_concurrent_tunnels_leave_nothing_behind(echo):
+    proxy, events, _ = _proxy(["allowed.test"])
+    payload = os.urandom(32 * 1024)
+    async with anyio.create_task_group() as outer:
+        port = await outer.start(proxy.serve_tcp)
+        await anyio.sleep(0.05)
+        fds_before, tasks_before = _open_fds(), len(anyio.get_running_tasks())
+
+        async def tunnel() -> None:
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                await stream.send(f"CONNECT allowed.test:{echo} HTTP/1.1\r\n\r\n".encode())
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += await stream.receive()
+                assert head.startswith(b"HTTP/1.1 200")
+                await stream.send(payload)
+                got = head.split(b"\r\n\r\n", 1)[1]
+                while len(got) < len(payload):
+                    got += await stream.receive()
+                assert got == payload
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for _ in range(200):
+                    tg.start_soon(tunnel)
+        with anyio.fail_after(10):
+            while proxy.active or _open_fds() > fds_before or len(anyio.get_running_tasks()) > tasks_before:
+                await anyio.sleep(0.05)
+        outer.cancel_scope.cancel()
+    assert len(events) == 200 and {e.decision for e in events} == {"allow"}

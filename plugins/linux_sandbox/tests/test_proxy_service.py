@@ -1,0 +1,74 @@
+"""The proxy service: per-command Unix sockets, attribution, the audit trail in a real store."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socketserver
+import threading
+
+import anyio
+import pytest
+
+from codespace.store import SQLiteStore
+from codespace_linux_sandbox.proxy import DomainRules, ProxyService
+
+pytestmark = pytest.mark.anyio
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+        self.wfile.write(b"hello")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def upstream():
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Hello)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+async def _get(path: str, url: str) -> bytes:
+    async with await anyio.connect_unix(path) as stream:
+        await stream.send(f"GET {url} HTTP/1.1\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        try:
+            while True:
+                data += await stream.receive()
+        except anyio.EndOfStream:
+            return data
+
+
+async def test_routes_are_attributed_and_audited(tmp_path, upstream):
+    store = await SQLiteStore(tmp_path / "ops.sqlite3").open()
+    rules = DomainRules(["127.0.0.1"], [], allow_local_binding=True)
+    service = ProxyService(rules, store, tmp_path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_started()
+        assert service.tcp_port
+        first = service.route_for("op-first")
+        second = service.route_for("op-second")
+        assert os.stat(first).st_mode & 0o777 == 0o600 and first != second
+        assert (await _get(first, f"http://127.0.0.1:{upstream}/secret/path?token=x")).endswith(b"hello")
+        assert b"403" in (await _get(second, "http://blocked.example/"))[:20]
+        service.release(first)
+        assert not os.path.exists(first)
+        with pytest.raises(OSError):
+            await _get(first, f"http://127.0.0.1:{upstream}/")
+        await anyio.sleep(0.5)
+        tg.cancel_scope.cancel()
+    events = await store.network()
+    assert {(e.operation_id, e.decision) for e in events} == {("op-first", "allow"), ("op-second", "deny")}
+    assert all("secret" not in e.host and "token" not in e.host for e in events)
+    assert not list((tmp_path / "proxy").glob("*.sock"))
+    await store.close()
