@@ -277,3 +277,19 @@ async def test_session_tools_validate(app_factory, mode):
         nul = await call_error(client, "exec", {"command": ["echo", "a\0b"]})
         assert "NUL" in nul["message"]
         await call_ok(client, "terminate", {"session_id": plain["session_id"], "signal": "KILL"})
+
+
+async def test_sandbox_fast_path_is_used_for_pipes(ws, state, example_plugins, mode):
+    from codespace.testing import build_app
+    from codespace_fakesandbox import FakeSandbox
+
+    app = build_app(ws, state_dir=state, plugins=("fakesandbox",))
+    async with connect(app, mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": "echo $SANDBOX_PATH; cat", "stdin": "fed\n"})
+        assert out["output"] == "launch\nfed\n" and out["sandboxed"] is True and out["exit_code"] == 0
+        session = await call_ok(client, "exec", {"command": ["cat"], "interactive": True, "yield_ms": 0})
+        echoed = await call_ok(client, "write_stdin", {"session_id": session["session_id"], "chars": "ping\n"})
+        assert echoed["output"] == "ping\n"
+        stopped = await call_ok(client, "terminate", {"session_id": session["session_id"]})
+        assert stopped["running"] is False
+    assert FakeSandbox.launched and all(p.released for p in FakeSandbox.launched)

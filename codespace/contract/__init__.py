@@ -31,7 +31,7 @@ from .files import (
     WriteFileResult,
 )
 from .patches import ChangedFile, Patcher, PatchPlan, PatchRequest, PatchResult, PatchTarget
-from .sandbox import Sandbox, SandboxInfo, SandboxLayout
+from .sandbox import LaunchedProcess, Sandbox, SandboxInfo, SandboxLayout
 
 __all__ = [
     "BackendMissing",
@@ -43,6 +43,7 @@ __all__ = [
     "FileSystem",
     "FsError",
     "InvalidUtf8",
+    "LaunchedProcess",
     "ListDirRequest",
     "ListDirResult",
     "MakeDirRequest",

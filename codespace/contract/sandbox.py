@@ -34,8 +34,30 @@ class SandboxInfo(BaseModel):
 
 
 @runtime_checkable
+class LaunchedProcess(Protocol):
+    """A command a sandbox started itself (see :meth:`Sandbox.launch`)."""
+
+    pid: int
+    """Leader of the command's own session and process group, as the host sees it."""
+
+    async def wait(self) -> int:
+        """Its exit status: the code, or -N when killed by signal N."""
+
+    def release(self) -> None:
+        """The host is done with the process (it has exited and its output is read)."""
+
+
+@runtime_checkable
 class Sandbox(Protocol):
-    """The sandbox backend (plugins/linux_sandbox implements it)."""
+    """The sandbox backend (plugins/linux_sandbox implements it).
+
+    ``wrap`` is required: the host spawns what it returns (terminal sessions always
+    go this way). A backend may also offer the fast path
+    ``async def launch(spec, layout, stdio) -> LaunchedProcess``, which starts the
+    confined command itself, with ``stdio`` (three descriptors the host created) as its
+    stdin, stdout and stderr, e.g. from a helper that was started once. The host then
+    uses it for pipe sessions.
+    """
 
     def info(self) -> SandboxInfo: ...
 

@@ -143,13 +143,22 @@ class ProcessRegistry:
         timeout_s: float | None,
         separate_stderr: bool,
         lossless: bool,
+        sandbox: tuple[Any, Any] | None = None,
     ) -> Session:
+        """Start ``spec``; ``sandbox`` is (backend, layout) when the command must be confined."""
         if self._tg is None:
             raise ToolError("the server is shutting down; no new commands", code="shutting_down")
         await self._make_room()
+        fast = sandbox is not None and not spec.tty and callable(getattr(sandbox[0], "launch", None))
+        if sandbox is not None and not fast:
+            spec = sandbox[0].wrap(spec, sandbox[1])
         spec, writers = prepare_inherited(spec)
         try:
-            if spec.tty:
+            if fast:
+                pipe = await PipeProcess.launch(spec, *sandbox)
+                process: Any = pipe
+                readers_src = [lambda: pipe.read("stdout"), lambda: pipe.read("stderr")]
+            elif spec.tty:
                 terminal = self.backends.terminal()
                 try:
                     tp = await terminal.spawn(spec)
@@ -157,7 +166,7 @@ class ProcessRegistry:
                     from .spawn import spawn_error
 
                     raise spawn_error(exc, spec) from exc
-                process: Any = _TerminalAdapter(tp)
+                process = _TerminalAdapter(tp)
                 readers_src = [tp.read]
             else:
                 pipe = PipeProcess.spawn(spec)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 
@@ -94,16 +96,17 @@ def resolve_program(spec: CommandSpec) -> str:
 
 
 class PipeProcess:
-    """A child on pipes: ``streams`` are (name, fd) pairs read until EOF."""
+    """A child on pipes, started here (``spawn``) or by a sandbox's fast path (``launch``)."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], interactive: bool) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-        self._stdin = popen.stdin.fileno() if interactive and popen.stdin else None
-        self.fds = {"stdout": popen.stdout.fileno(), "stderr": popen.stderr.fileno()}
-        for fd in (*self.fds.values(), *([self._stdin] if self._stdin is not None else [])):
+    def __init__(self, pid: int, stdin: int | None, stdout: int, stderr: int,
+                 wait: Callable[[], Awaitable[int]], release: Callable[[], None] | None = None) -> None:
+        self.pid = pid
+        self._stdin = stdin
+        self.fds = {"stdout": stdout, "stderr": stderr}
+        for fd in (stdout, stderr, *([stdin] if stdin is not None else [])):
             os.set_blocking(fd, False)
-        self._pidfd = os.pidfd_open(self.pid)
+        self._wait = wait
+        self._release = release
         self._write_lock = anyio.Lock()
 
     @classmethod
@@ -127,7 +130,41 @@ class PipeProcess:
             )
         except OSError as exc:
             raise spawn_error(exc, spec) from exc
-        return cls(popen, spec.interactive)
+        pidfd = os.pidfd_open(popen.pid)
+
+        async def wait() -> int:
+            code = await wait_exit(popen.pid, pidfd)
+            popen.returncode = code  # reaped here; Popen must not wait for it again
+            return code
+
+        # The Popen object keeps the pipes open; take our own descriptors for them.
+        stdin = os.dup(popen.stdin.fileno()) if spec.interactive and popen.stdin else None
+        fds = (stdin, os.dup(popen.stdout.fileno()), os.dup(popen.stderr.fileno()))
+        for stream in (popen.stdin, popen.stdout, popen.stderr):
+            if stream is not None:
+                stream.close()
+        return cls(popen.pid, *fds, wait, lambda: os.close(pidfd))
+
+    @classmethod
+    async def launch(cls, spec: CommandSpec, sandbox: Any, layout: Any) -> PipeProcess:
+        """Start through a sandbox's fast path: we make the pipes, it makes the process."""
+        child_in = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) if not spec.interactive else None
+        ours_in = None
+        if spec.interactive:
+            child_in, ours_in = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            launched = await sandbox.launch(spec, layout, (child_in, out_w, err_w))
+        except BaseException:
+            for fd in (ours_in, out_r, err_r):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        finally:
+            for fd in (child_in, out_w, err_w):
+                os.close(fd)
+        return cls(launched.pid, ours_in, out_r, err_r, launched.wait, launched.release)
 
     async def read(self, stream: str) -> bytes:
         return await read_some(self.fds[stream], READ_CHUNK)
@@ -142,8 +179,8 @@ class PipeProcess:
                 raise ToolError("the process closed its stdin", code="stdin_closed") from None
 
     def close_stdin(self) -> None:
-        if self.popen.stdin is not None and not self.popen.stdin.closed:
-            self.popen.stdin.close()
+        if self._stdin is not None:
+            os.close(self._stdin)
         self._stdin = None
 
     def resize(self, rows: int, cols: int) -> None:
@@ -153,12 +190,12 @@ class PipeProcess:
         signal_group(self.pid, signum)
 
     async def wait(self) -> int:
-        code = await wait_exit(self.pid, self._pidfd)
-        self.popen.returncode = code  # reaped here; Popen must not wait for it again
-        return code
+        return await self._wait()
 
     def close(self) -> None:
-        for stream in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
-        os.close(self._pidfd)
+        self.close_stdin()
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
+        if self._release is not None:
+            self._release()

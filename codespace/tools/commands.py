@@ -268,14 +268,13 @@ async def exec_command(call: ToolCall, args: ExecArgs) -> CommandOutput:
         argv=argv, cwd=args.cwd or str(ws.root), env=env, tty=args.tty, rows=args.rows, cols=args.cols,
         interactive=interactive or args.stdin is not None,
     )
-    if decision.backend is not None:
-        spec = decision.backend.wrap(spec, sandboxing.layout_for(ws))
     timeout_ms = args.timeout_ms or (None if interactive else limits.exec_timeout_ms)
     if timeout_ms is not None:
         timeout_ms = min(timeout_ms, limits.max_exec_timeout_ms)
     session = await _registry(call).start(
         spec, operation_id=call.operation_id, timeout_s=timeout_ms / 1000 if timeout_ms else None,
         separate_stderr=args.separate_stderr, lossless=args.lossless,
+        sandbox=(decision.backend, sandboxing.layout_for(ws)) if decision.backend is not None else None,
     )
     if args.stdin is not None:
         await session.process.write(args.stdin.encode())
