@@ -86,12 +86,16 @@ def _serve(args: argparse.Namespace) -> int:
     app = _build_app(args)
     if args.transport == "stdio":
         from .server import build_server
+        from .transports.direct import DirectToolCalls
         from .transports.stdio import stdio_transport
 
-        server = build_server(app, transport="stdio")
-
         async def run_stdio() -> None:
-            async with stdio_transport() as (read_stream, write_stream):
+            ready = anyio.Event()
+            server = build_server(app, transport="stdio", ready=ready)
+            direct = None
+            if os.environ.get("CODESPACE_DIRECT_CALLS", "1") != "0":
+                direct = DirectToolCalls(app, lambda: server.server_info_stamp, ready)
+            async with stdio_transport(direct) as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
 
         anyio.run(run_stdio)

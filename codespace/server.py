@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server import Server
 
@@ -36,7 +37,8 @@ def _client_name(ctx: Any) -> str | None:
     return getattr(info, "name", None)
 
 
-def build_server(app: App, *, transport: str = "memory") -> Server[App]:
+def build_server(app: App, *, transport: str = "memory", ready: anyio.Event | None = None) -> Server[App]:
+    """``ready`` is set once the App runs (the direct tool-call path waits for it)."""
     active = False
 
     @asynccontextmanager
@@ -50,6 +52,8 @@ def build_server(app: App, *, transport: str = "memory") -> Server[App]:
         active = True
         try:
             async with app.running():
+                if ready is not None:
+                    ready.set()
                 yield app
         finally:
             active = False

@@ -181,3 +181,96 @@ async def test_sessions_outlive_a_client_connection(ws, state):
                 assert more["output"] == "two\n" and more["seq"] == started["next_seq"]
                 stopped = await call_ok(second, "terminate", {"session_id": started["session_id"]})
                 assert stopped["running"] is False
+
+
+def _raw_session(ws, state, env_extra):
+    proc = subprocess.Popen(
+        [*codespace_cmd(), "serve", "--workspace", str(ws), "--state-dir", str(state)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=subprocess_env(**{ENV_ALLOW: "example", **env_extra}),
+    )
+
+    def exchange(message: dict, *, wait: bool = True) -> dict | None:
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline()) if wait else None
+
+    return proc, exchange
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_direct_tool_calls_match_the_sdk_path(ws, state, tmp_path, era):
+    """The stdio fast path must answer exactly what the SDK path answers."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}} if era == "modern" else None
+    calls = [
+        ("tally", {"name": "cmp", "operation_id": "same-key"}),
+        ("tally", {"name": "cmp", "operation_id": "same-key"}),  # replayed
+        ("read_file", {"path": "/proc/1/environ"}),  # refused
+        ("no_such_tool", {}),
+        ("tally", {"name": ["bad"]}),  # invalid arguments
+        ("workspace_info", {}),
+    ]
+    answers = {}
+    for direct in ("1", "0"):
+        workspace = tmp_path / f"ws-{direct}"
+        workspace.mkdir()
+        proc, exchange = _raw_session(workspace, tmp_path / f"state-{direct}", {"CODESPACE_DIRECT_CALLS": direct})
+        try:
+            if era == "legacy":
+                exchange(INIT)
+                exchange({"jsonrpc": "2.0", "method": "notifications/initialized"}, wait=False)
+            replies = []
+            for i, (name, arguments) in enumerate(calls):
+                params = {"name": name, "arguments": arguments, **({"_meta": meta} if meta else {})}
+                reply = exchange({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": params})
+                replies.append(reply)
+            answers[direct] = replies
+        finally:
+            proc.stdin.close()
+            proc.wait(timeout=20)
+
+    def normalise(reply: dict) -> dict:
+        text = re.sub(r"op-[0-9a-f]{12}-[0-9a-f]{10}", "op-X", json.dumps(reply))
+        for direct in ("1", "0"):
+            for name in ("ws", "state"):
+                text = text.replace(str((tmp_path / f"{name}-{direct}").resolve()), name.upper())
+                text = text.replace(str(tmp_path / f"{name}-{direct}"), name.upper())
+        return json.loads(text)
+
+    for fast, sdk in zip(answers["1"], answers["0"], strict=True):
+        assert normalise(fast) == normalise(sdk)
+    assert answers["1"][1]["result"]["structuredContent"]["replayed"] is True
+    assert answers["1"][2]["result"]["isError"] is True
+
+
+def test_direct_calls_report_progress_and_honour_cancellation(ws, state):
+    proc, exchange = _raw_session(ws, state, {})
+    try:
+        exchange(INIT)
+        exchange({"jsonrpc": "2.0", "method": "notifications/initialized"}, wait=False)
+        exchange({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+            "name": "tally", "arguments": {"name": "prog", "sleep_ms": 150}, "_meta": {"progressToken": "tok"}}},
+            wait=False)
+        messages = [json.loads(proc.stdout.readline()) for _ in range(4)]
+        progress = [m for m in messages if m.get("method") == "notifications/progress"]
+        assert [m["params"]["progress"] for m in progress] == [0, 1, 2]
+        assert all(m["params"]["progressToken"] == "tok" for m in progress)
+        assert messages[-1]["id"] == 5 and messages[-1]["result"]["structuredContent"]["count"] == 1
+        marker = ws / "spin"
+        exchange({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                  "params": {"name": "spin", "arguments": {"marker": str(marker)}}}, wait=False)
+        deadline = time.monotonic() + 10
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        exchange({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 6}}, wait=False)
+        while marker.read_text() != "stopped" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert marker.read_text() == "stopped"
+        after = exchange({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                          "params": {"name": "tally", "arguments": {"name": "after"}}})
+        assert after["id"] == 7  # no answer was sent for the cancelled request 6
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=20)

@@ -26,6 +26,7 @@ from mcp.shared._context_streams import create_context_streams
 from mcp.shared.message import SessionMessage
 
 from ..fdio import read_some, write_all
+from .direct import DirectToolCalls
 
 READ_CHUNK = 1 << 16
 
@@ -89,7 +90,9 @@ def _parse_error(line: bytes, exc: Exception) -> bytes:
 
 
 @asynccontextmanager
-async def stdio_transport() -> AsyncIterator[tuple[object, object]]:
+async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterator[tuple[object, object]]:
+    """The SDK's read/write streams over fds 0/1; with ``direct``, plain tool calls are
+    answered without going through the SDK's per-request machinery."""
     claim = _Claim()
     inbound_send, inbound = create_context_streams[SessionMessage | Exception](0)
     outbound, outbound_receive = create_context_streams[SessionMessage](0)
@@ -117,6 +120,12 @@ async def stdio_transport() -> AsyncIterator[tuple[object, object]]:
                 for line in lines:
                     if not line.strip():
                         continue
+                    if direct is not None and direct.may_want(line):
+                        try:
+                            if direct.intercept(json.loads(line), tg, write_line):
+                                continue
+                        except ValueError:
+                            pass  # not JSON: the SDK path below answers with the parse error
                     try:
                         message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                     except Exception as exc:  # noqa: BLE001 - any bad line gets an answer, then we go on
@@ -128,6 +137,8 @@ async def stdio_transport() -> AsyncIterator[tuple[object, object]]:
         async with outbound_receive:
             async for session_message in outbound_receive:
                 data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                if direct is not None:
+                    direct.observe_outgoing(data)
                 await write_line(data.encode())
 
     try:
