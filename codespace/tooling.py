@@ -180,8 +180,26 @@ class ToolRegistry:
         return self._listing
 
 
+def lean_schema(node: Any) -> Any:
+    """The same JSON Schema in a form that is cheaper to validate and to send: no
+    generated titles, and ``anyOf [{type: T}, {type: null}]`` as ``type: [T, null]``
+    (clients validate every structured result against the output schema)."""
+    if isinstance(node, list):
+        return [lean_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: lean_schema(v) for k, v in node.items() if not (k == "title" and isinstance(v, str))}
+    options = out.get("anyOf")
+    if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+        other = options[0] if options[1] == {"type": "null"} else options[1]
+        if set(other) == {"type"} and isinstance(other["type"], str):
+            del out["anyOf"]
+            out["type"] = [other["type"], "null"]
+    return out
+
+
 def output_schema(tool: ToolDefinition) -> dict[str, Any]:
-    schema = tool.result.model_json_schema()
+    schema = lean_schema(tool.result.model_json_schema())
     if tool.side_effects:
         schema = dict(schema)
         schema["properties"] = {**schema.get("properties", {}), **OPERATION_OUTPUT_FIELDS}
@@ -194,7 +212,7 @@ def _to_mcp(tool: ToolDefinition, types: Any) -> Any:
         name=tool.name,
         title=tool.title,
         description=tool.description,
-        input_schema=tool.arguments.model_json_schema(),
+        input_schema=lean_schema(tool.arguments.model_json_schema()),
         output_schema=output_schema(tool),
         annotations=types.ToolAnnotations(
             title=tool.title,
