@@ -11,7 +11,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from .models import Strict
 
 if TYPE_CHECKING:
     from .backends import Backends
@@ -24,10 +26,9 @@ Need = Literal["read", "write"]
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
-class OperationArgs(BaseModel):
+class OperationArgs(Strict):
     """Arguments every side-effecting tool accepts."""
 
-    model_config = ConfigDict(extra="forbid")
 
     operation_id: str | None = Field(
         default=None,

@@ -30,7 +30,14 @@ from .files import (
     WriteFileRequest,
     WriteFileResult,
 )
-from .patches import ChangedFile, Patcher, PatchPlan, PatchRequest, PatchResult, PatchTarget
+from .patches import (
+    ChangedFile,
+    Patcher,
+    PatchPlan,
+    PatchRequest,
+    PatchResult,
+    PatchTarget,
+)
 from .sandbox import LaunchedProcess, Sandbox, SandboxInfo, SandboxLayout
 
 __all__ = [

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from ..models import Strict
 
 
-class CommandSpec(BaseModel):
+class CommandSpec(Strict):
     """What to run: built by the host from the policy and the agent's request."""
 
-    model_config = ConfigDict(extra="forbid")
 
     argv: list[str] = Field(min_length=1)
     cwd: str

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from ..models import Strict
 
 FileKind = Literal["file", "directory", "symlink", "fifo", "socket", "char_device", "block_device", "other"]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # --- read_file ---------------------------------------------------------------
 
 
-class ReadFileRequest(_Model):
+class ReadFileRequest(Strict):
     path: str = Field(description="File to read, relative to the workspace root or absolute.")
     offset: int = Field(default=1, ge=1, description="First line to return, 1-based.")
     limit: int | None = Field(default=None, ge=1, description="Most lines to return (default: as many as fit max_bytes).")
@@ -39,12 +37,12 @@ class ReadFileRequest(_Model):
     byte_offset: int = Field(default=0, ge=0, description="For base64: first byte to return.")
 
 
-class InvalidUtf8(_Model):
+class InvalidUtf8(Strict):
     count: int = Field(description="Invalid byte sequences replaced.")
     first_byte_offset: int = Field(description="Offset of the first one in the file.")
 
 
-class ReadFileResult(_Model):
+class ReadFileResult(Strict):
     path: str
     size: int = Field(description="File size in bytes.")
     sha256: str = Field(description="Hash of the whole file; pass it to write_file as expected_sha256.")
@@ -62,7 +60,7 @@ class ReadFileResult(_Model):
 # --- write_file --------------------------------------------------------------
 
 
-class WriteFileRequest(_Model):
+class WriteFileRequest(Strict):
     path: str = Field(description="File to write, relative to the workspace root or absolute.")
     content: str = Field(description="New content: text, or base64 when encoding='base64'.")
     encoding: Literal["text", "base64"] = Field(default="text", description="How content is encoded.")
@@ -76,7 +74,7 @@ class WriteFileRequest(_Model):
     create_parents: bool = Field(default=False, description="Create missing parent directories.")
 
 
-class WriteFileResult(_Model):
+class WriteFileResult(Strict):
     path: str
     size: int
     sha256: str
@@ -87,13 +85,13 @@ class WriteFileResult(_Model):
 # --- list_dir / walk ---------------------------------------------------------
 
 
-class ListDirRequest(_Model):
+class ListDirRequest(Strict):
     path: str = Field(default=".", description="Directory to list.")
     include_hidden: bool = Field(default=True, description="Include names starting with '.'.")
     max_entries: int | None = Field(default=None, ge=1, description="Cap on entries (default: limits.walk_max_entries).")
 
 
-class DirEntry(_Model):
+class DirEntry(Strict):
     name: str
     kind: FileKind
     size: int | None = Field(default=None, description="Bytes, for regular files.")
@@ -101,7 +99,7 @@ class DirEntry(_Model):
     target: str | None = Field(default=None, description="Link text, for symbolic links (never followed).")
 
 
-class ListDirResult(_Model):
+class ListDirResult(Strict):
     path: str
     entries: list[DirEntry]
     truncated: bool
@@ -110,7 +108,7 @@ class ListDirResult(_Model):
     )
 
 
-class WalkRequest(_Model):
+class WalkRequest(Strict):
     path: str = Field(default=".", description="Directory to walk.")
     max_depth: int | None = Field(default=None, ge=0, description="Deepest level to descend (default: limits.walk_max_depth).")
     include: list[str] = Field(default_factory=list, description="Glob patterns (gitignore-style) entries must match.")
@@ -125,19 +123,19 @@ class WalkRequest(_Model):
     sizes: bool = Field(default=False, description="Report each regular file's size (one stat per file: slower on big trees).")
 
 
-class WalkEntry(_Model):
+class WalkEntry(Strict):
     path: str = Field(description="Relative to the walked directory, '/'-separated.")
     kind: FileKind
     size: int | None = None
     depth: int
 
 
-class EntryError(_Model):
+class EntryError(Strict):
     path: str
     message: str
 
 
-class WalkResult(_Model):
+class WalkResult(Strict):
     path: str
     entries: list[WalkEntry]
     truncated: bool
@@ -149,12 +147,12 @@ class WalkResult(_Model):
 # --- stat / make_dir / move / remove ----------------------------------------
 
 
-class StatRequest(_Model):
+class StatRequest(Strict):
     path: str = Field(description="Path to describe.")
     follow_symlinks: bool = Field(default=False, description="Describe a link's target (inside the root) instead of the link.")
 
 
-class StatResult(_Model):
+class StatResult(Strict):
     path: str
     exists: bool
     kind: FileKind | None = None
@@ -168,36 +166,36 @@ class StatResult(_Model):
     target: str | None = Field(default=None, description="Link text, for symbolic links.")
 
 
-class MakeDirRequest(_Model):
+class MakeDirRequest(Strict):
     path: str = Field(description="Directory to create.")
     parents: bool = Field(default=True, description="Create missing parents too.")
     exist_ok: bool = Field(default=True, description="Succeed if the directory already exists.")
 
 
-class MakeDirResult(_Model):
+class MakeDirResult(Strict):
     path: str
     created: bool
 
 
-class MoveRequest(_Model):
+class MoveRequest(Strict):
     source: str = Field(description="Path to move.")
     destination: str = Field(description="New path.")
     overwrite: bool = Field(default=False, description="Replace an existing destination file.")
 
 
-class MoveResult(_Model):
+class MoveResult(Strict):
     source: str
     destination: str
     overwritten: bool
 
 
-class RemoveRequest(_Model):
+class RemoveRequest(Strict):
     path: str = Field(description="Path to remove (a link is removed, never followed).")
     recursive: bool = Field(default=False, description="Remove a directory and everything in it.")
     force: bool = Field(default=False, description="Succeed when the path does not exist.")
 
 
-class RemoveResult(_Model):
+class RemoveResult(Strict):
     path: str
     removed: bool
     entries_removed: int

@@ -5,19 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ..models import Strict
 from .files import FileSystem
 
 PatchAction = Literal["add", "update", "delete", "move"]
 PatchMode = Literal["atomic", "upstream"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class PatchTarget(_Model):
+class PatchTarget(Strict):
     """A path a patch will touch, for the gateway's policy check."""
 
     path: str = Field(description="Absolute, lexically normalised.")
@@ -25,11 +22,11 @@ class PatchTarget(_Model):
     role: Literal["target", "move_source", "move_destination"] = "target"
 
 
-class PatchPlan(_Model):
+class PatchPlan(Strict):
     targets: list[PatchTarget]
 
 
-class PatchRequest(_Model):
+class PatchRequest(Strict):
     patch: str = Field(description="The patch text, '*** Begin Patch' ... '*** End Patch' (V4A).")
     mode: PatchMode = Field(
         default="atomic",
@@ -40,14 +37,14 @@ class PatchRequest(_Model):
     cwd: str = Field(default="", description="Set by the host: absolute directory relative patch paths resolve against.")
 
 
-class ChangedFile(_Model):
+class ChangedFile(Strict):
     path: str = Field(description="Absolute path changed.")
     action: PatchAction
     move_from: str | None = None
     diff: str = Field(description="Unified diff of this file's change.")
 
 
-class PatchResult(_Model):
+class PatchResult(Strict):
     summary: str = Field(description="Upstream's success output ('Success. Updated the following files:' ...).")
     files: list[ChangedFile]
     applied: bool = Field(description="False for a dry run.")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from ..models import Strict
 from .commands import CommandSpec
 
 
-class SandboxLayout(BaseModel):
+class SandboxLayout(Strict):
     """The policy as a sandbox sees it, derived from the same rules the gateway uses."""
 
-    model_config = ConfigDict(extra="forbid")
 
     readable: list[str] = Field(description="Absolute roots readable (``/`` for the whole host).")
     writable: list[str] = Field(description="Absolute roots writable, shallowest first.")
@@ -23,8 +23,7 @@ class SandboxLayout(BaseModel):
     proxy_socket: str | None = Field(default=None, description="Unix socket of the host-side proxy when network is 'proxy'.")
 
 
-class SandboxInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SandboxInfo(Strict):
 
     engine: str = Field(description="Engine in use, e.g. 'bubblewrap' or 'landlock'.")
     available: bool

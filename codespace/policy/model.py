@@ -11,7 +11,15 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ..models import Strict
 
 Access = Literal["read", "write", "none"]
 
@@ -48,8 +56,8 @@ DEFAULT_PATHS: dict[str, Access] = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(Strict):
+    model_config = ConfigDict(frozen=True)
 
 
 class FilesystemPolicy(_Strict):

@@ -23,7 +23,13 @@ from typing import Any
 import anyio
 
 from ..contract import CommandSpec, FsError, ToolError
-from ..fdio import arm_parent_death_signal, read_some, signal_group, wait_exit, write_all
+from ..fdio import (
+    arm_parent_death_signal,
+    read_some,
+    signal_group,
+    wait_exit,
+    write_all,
+)
 
 SETPRIV = shutil.which("setpriv")
 READ_CHUNK = 65536

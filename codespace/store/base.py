@@ -11,16 +11,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from ..models import Strict
 
 Status = Literal["running", "succeeded", "failed", "refused", "interrupted", "cancelled"]
 FINISHED: tuple[Status, ...] = ("succeeded", "failed", "refused", "interrupted", "cancelled")
 
 
-class OperationRecord(BaseModel):
+class OperationRecord(Strict):
     """One side-effecting call (or any refusal), as stored."""
 
-    model_config = ConfigDict(extra="forbid")
 
     operation_id: str
     tool: str
@@ -38,10 +39,9 @@ class OperationRecord(BaseModel):
     finished_at: float | None = None
 
 
-class NetworkEvent(BaseModel):
+class NetworkEvent(Strict):
     """One decision of the egress proxy: never a full URL, only host, port and method."""
 
-    model_config = ConfigDict(extra="forbid")
 
     at: float
     operation_id: str | None = Field(default=None, description="The command whose connection it was.")

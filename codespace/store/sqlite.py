@@ -19,7 +19,16 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from .base import FINISHED, Begin, NetworkEvent, OperationRecord, Status, now, owner_alive, owner_token
+from .base import (
+    FINISHED,
+    Begin,
+    NetworkEvent,
+    OperationRecord,
+    Status,
+    now,
+    owner_alive,
+    owner_token,
+)
 
 log = logging.getLogger(__name__)
 

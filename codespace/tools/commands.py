@@ -12,10 +12,11 @@ import signal
 import time
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from .. import sandboxing
 from ..contract import CommandSpec, ToolError
+from ..models import Model, Strict
 from ..plugins import hookimpl
 from ..policy import build_env, refused_extra
 from ..processes.session import Session
@@ -92,7 +93,7 @@ class ExecArgs(OperationArgs):
         return value
 
 
-class CommandOutput(BaseModel):
+class CommandOutput(Model):
     session_id: str | None = Field(description="Set while the command runs or output remains unread; pass to read_output, write_stdin, terminate.")
     running: bool
     exit_code: int | None = Field(description="Exit code; 124 on timeout; 128+N when killed by signal N.")
@@ -115,8 +116,7 @@ class CommandOutput(BaseModel):
     note: str | None = None
 
 
-class SessionArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SessionArgs(Strict):
     session_id: str = Field(min_length=1, description="The session_id exec returned.")
 
 
@@ -144,7 +144,7 @@ class ResizeArgs(OperationArgs):
     cols: int = Field(ge=1, le=1000, description="Terminal columns.")
 
 
-class ResizeResult(BaseModel):
+class ResizeResult(Model):
     session_id: str
     rows: int
     cols: int
@@ -156,11 +156,11 @@ class TerminateArgs(OperationArgs):
     grace_ms: int = Field(default=2000, ge=0, le=60_000, description="Then SIGKILL to everything left after this long.")
 
 
-class ListSessionsArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ListSessionsArgs(Strict):
+    pass
 
 
-class SessionInfo(BaseModel):
+class SessionInfo(Model):
     session_id: str
     command: list[str]
     pid: int
@@ -172,7 +172,7 @@ class SessionInfo(BaseModel):
     unread_bytes: int
 
 
-class SessionList(BaseModel):
+class SessionList(Model):
     sessions: list[SessionInfo]
     limit: int
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ..contract import ToolError
+from ..models import Model, Strict
 from ..plugins import hookimpl
 from ..store import NetworkEvent, OperationRecord
 from ..tooling import ToolCall, ToolDefinition, ToolRegistrar
@@ -14,12 +15,11 @@ from ..tooling import ToolCall, ToolDefinition, ToolRegistrar
 StatusFilter = Literal["running", "succeeded", "failed", "refused", "interrupted", "cancelled"]
 
 
-class GetOperationArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class GetOperationArgs(Strict):
     operation_id: str = Field(min_length=1, max_length=200, description="The id a side-effecting call returned.")
 
 
-class OperationView(BaseModel):
+class OperationView(Model):
     operation_id: str
     tool: str
     status: StatusFilter
@@ -35,15 +35,14 @@ class OperationView(BaseModel):
     )
 
 
-class ListOperationsArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ListOperationsArgs(Strict):
     limit: int = Field(default=20, ge=1, le=500, description="Most records to return, newest first.")
     status: StatusFilter | None = Field(default=None, description="Only records with this status.")
     tool: str | None = Field(default=None, description="Only records of this tool.")
     before: float | None = Field(default=None, description="Only records created before this Unix time (paging).")
 
 
-class OperationSummary(BaseModel):
+class OperationSummary(Model):
     operation_id: str
     tool: str
     status: StatusFilter
@@ -53,7 +52,7 @@ class OperationSummary(BaseModel):
     finished_at: float | None
 
 
-class ListOperationsResult(BaseModel):
+class ListOperationsResult(Model):
     operations: list[OperationSummary]
     next_before: float | None = Field(description="Pass as 'before' for the next page; null at the end.")
 

@@ -4,26 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from .. import __version__, kernel
+from ..models import Model, Strict
 from ..plugins import hookimpl
 from ..tooling import ToolCall, ToolDefinition, ToolRegistrar
 
 PROTOCOLS = {"sandbox_handshake": 1, "worker_socket": 5}
 
 
-class WorkspaceInfoArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class WorkspaceInfoArgs(Strict):
+    pass
 
 
-class PathRuleView(BaseModel):
+class PathRuleView(Model):
     path: str
     access: str
     source: str
 
 
-class WorkspaceInfo(BaseModel):
+class WorkspaceInfo(Model):
     server: dict[str, Any] = Field(description="CodeSpace version and protocol versions.")
     root: str = Field(description="Workspace root; relative paths resolve against it.")
     writable_roots: list[str]

@@ -1,7 +1,18 @@
 """codespace-fs: the CodeSpace file-system backend (confined, no-follow file I/O and
-bounded walks), following OpenAI Codex ``rust-v0.171.0``'s file-system components."""
+bounded walks), following OpenAI Codex ``rust-v0.171.0``'s file-system components.
 
-from .backend import FsBackend
+The backend's modules load on first use, not when the server loads its plugins.
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["FsBackend", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FsBackend":
+        from .backend import FsBackend
+
+        return FsBackend
+    raise AttributeError(name)
