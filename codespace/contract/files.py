@@ -6,7 +6,9 @@ gateway has checked them against the policy. Paths in results are absolute too.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+from typing import Annotated, Literal, Protocol, runtime_checkable
+
+from typing_extensions import NotRequired, TypedDict
 
 from pydantic import Field
 
@@ -123,11 +125,14 @@ class WalkRequest(Strict):
     sizes: bool = Field(default=False, description="Report each regular file's size (one stat per file: slower on big trees).")
 
 
-class WalkEntry(Strict):
-    path: str = Field(description="Relative to the walked directory, '/'-separated.")
+class WalkEntry(TypedDict):
+    """A plain mapping rather than a model: a walk returns up to 50,000 of them, and a
+    backend builds them itself, so they need no per-entry validation."""
+
+    path: Annotated[str, Field(description="Relative to the walked directory, '/'-separated.")]
     kind: FileKind
-    size: int | None = None
-    depth: int
+    depth: Annotated[int, Field(description="1 for entries of the walked directory itself.")]
+    size: NotRequired[Annotated[int | None, Field(description="Bytes, for regular files when sizes=true.")]]
 
 
 class EntryError(Strict):
@@ -204,6 +209,9 @@ class RemoveResult(Strict):
 @runtime_checkable
 class FileSystem(Protocol):
     """The file-system backend (plugins/fs implements it).
+
+    A backend may build its results with ``model_construct`` (no validation) when it
+    produced every value itself; ``walk`` results in particular should be.
 
     Each method receives absolute, lexically normalised paths that the gateway
     has checked against the policy. The backend must make the *use* safe: resolve
