@@ -234,9 +234,17 @@ class FileSystem(Protocol):
         """The whole content of a regular file; FsError(errno=ENOENT/EISDIR/EFBIG...) otherwise."""
 
     async def write_bytes(
-        self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False
+        self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False,
+        durable: bool = True,
     ) -> None:
-        """Atomically replace (or create) a regular file, keeping an existing file's mode."""
+        """Atomically replace (or create) a regular file, keeping an existing file's mode.
+
+        ``durable=False`` skips flushing to disk (still atomic against a crash of the
+        process): for a caller that makes many writes durable at once with
+        :meth:`sync`, e.g. under its own journal."""
+
+    async def sync(self) -> None:
+        """Make every write done with ``durable=False`` so far durable."""
 
     async def delete_file(self, path: str) -> None:
         """Remove a file or a link (never its target); FsError(EISDIR) for a directory."""

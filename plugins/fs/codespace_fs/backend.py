@@ -105,12 +105,20 @@ class FsBackend:
         )
 
     async def write_bytes(
-        self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False
+        self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False,
+        durable: bool = True,
     ) -> None:
-        await anyio.to_thread.run_sync(partial(
+        run = partial(
             writing.write_atomic, self.conf, path, data, max_file_bytes=self.limits.max_file_bytes,
-            create_parents=create_parents, follow_symlink=follow_symlink,
-        ))
+            create_parents=create_parents, follow_symlink=follow_symlink, durable=durable,
+        )
+        if not durable and len(data) <= INLINE_READ_BYTES:
+            run()  # no fsync to wait for: cheaper than a worker-thread hop
+            return
+        await anyio.to_thread.run_sync(run)
+
+    async def sync(self) -> None:
+        await anyio.to_thread.run_sync(writing.pending_sync.flush)
 
     async def make_dir(self, request: MakeDirRequest) -> MakeDirResult:
         return writing.make_dir(self.conf, request)

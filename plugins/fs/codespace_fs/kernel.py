@@ -80,3 +80,10 @@ def renameat2(src_dirfd: int, src: bytes, dst_dirfd: int, dst: bytes, flags: int
     if _renameat2(src_dirfd, src, dst_dirfd, dst, flags) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), os.fsdecode(dst))
+
+
+def syncfs(fd: int) -> None:
+    """Flush the file system holding ``fd`` (one call for many unflushed writes)."""
+    if _libc.syncfs(fd) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))

@@ -65,6 +65,7 @@ def write_atomic(
     must_not_exist: bool = False,
     create_parents: bool = False,
     follow_symlink: bool = False,
+    durable: bool = True,
 ) -> WriteFileResult:
     if len(data) > max_file_bytes:
         raise FsError(
@@ -85,13 +86,14 @@ def write_atomic(
     else:
         parent, name = conf.open_parent(path, need="write", action="write")
     try:
-        return _replace(parent.fd, name, path, data, expected_sha256, must_not_exist)
+        return _replace(parent.fd, name, path, data, expected_sha256, must_not_exist, durable)
     finally:
         os.close(parent.fd)
 
 
 def _replace(
-    dirfd: int, name: str, path: str, data: bytes, expected: str | None, must_not_exist: bool
+    dirfd: int, name: str, path: str, data: bytes, expected: str | None, must_not_exist: bool,
+    durable: bool = True,
 ) -> WriteFileResult:
     before = _lstat_at(dirfd, name, path)
     previous = None
@@ -128,7 +130,8 @@ def _replace(
                         os.fchown(fd, before.st_uid, before.st_gid)
                     except PermissionError:
                         pass
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         if expected is not None:
@@ -150,11 +153,41 @@ def _replace(
         if isinstance(exc, OSError):
             raise errors.os_error(exc, path, "write") from exc
         raise
-    _fsync_quietly(dirfd)
+    if durable:
+        _fsync_quietly(dirfd)
+    else:
+        pending_sync.add(os.fstat(dirfd).st_dev, dirfd)
     return WriteFileResult(
         path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), created=before is None,
         previous_sha256=previous,
     )
+
+
+class _PendingSync:
+    """Devices written to without a flush, each with one directory to syncfs() through."""
+
+    def __init__(self) -> None:
+        self._dirs: dict[int, str] = {}
+
+    def add(self, device: int, dirfd: int) -> None:
+        if device not in self._dirs:
+            self._dirs[device] = os.readlink(f"/proc/self/fd/{dirfd}")
+
+    def flush(self) -> None:
+        dirs, self._dirs = self._dirs, {}
+        for directory in dirs.values():
+            try:
+                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | O_CLOEXEC)
+            except OSError:
+                os.sync()  # the directory went away: flush everything instead
+                continue
+            try:
+                kernel.syncfs(fd)
+            finally:
+                os.close(fd)
+
+
+pending_sync = _PendingSync()
 
 
 def _fsync_quietly(dirfd: int) -> None:

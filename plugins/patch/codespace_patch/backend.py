@@ -167,7 +167,10 @@ class PatchBackend:
     async def _apply_upstream(self, patch: Patch, resolve, fs: FileSystem, cwd: str) -> PatchResult:
         run = Run()
         try:
-            await run_sections(patch, resolve, DirectStore(fs, self.max_bytes), want_diff=True, run=run)
+            try:
+                await run_sections(patch, resolve, DirectStore(fs, self.max_bytes), want_diff=True, run=run)
+            finally:
+                await fs.sync()  # section writes skip their own flushes (upstream flushes none)
         except PatchError as exc:
             kept = [f"{'A' if d.action == 'add' else 'D' if d.action == 'delete' else 'M'} {d.shown}" for d in run.done]
             if kept:

@@ -59,7 +59,7 @@ class DirectStore:
 
     async def write(self, path: str, data: bytes, *, create_parents: bool) -> None:
         try:
-            await self.fs.write_bytes(path, data, create_parents=create_parents, follow_symlink=True)
+            await self.fs.write_bytes(path, data, create_parents=create_parents, follow_symlink=True, durable=False)
         except FsError as exc:
             raise _failure(exc.message, exc.code) from None
 

@@ -91,7 +91,8 @@ class TestFileSystem:
         finally:
             os.close(fd)
 
-    async def write_bytes(self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False) -> None:
+    async def write_bytes(self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False,
+                          durable: bool = True) -> None:
         self._check(path)
         if create_parents:
             try:
@@ -138,6 +139,9 @@ class TestFileSystem:
         except OSError as exc:
             os.unlink(tmp)
             raise self._os_error(exc, path, "write") from None
+
+    async def sync(self) -> None:
+        os.sync()
 
     async def delete_file(self, path: str) -> None:
         self._check(path)
