@@ -67,3 +67,23 @@ async def call_error(client: Client, name: str, arguments: Mapping[str, Any] | N
     data = structured(result)
     assert data["error"]["message"] == result.content[0].text
     return data["error"]
+
+
+# Fixtures for test suites (import them into a conftest.py:
+# ``from codespace.testing import anyio_backend, mode``).
+try:
+    import pytest
+except ImportError:  # pragma: no cover - the helpers above work without pytest
+    pytest = None
+
+if pytest is not None:
+
+    @pytest.fixture
+    def anyio_backend() -> str:
+        """Run ``@pytest.mark.anyio`` tests on asyncio."""
+        return "asyncio"
+
+    @pytest.fixture(params=MODES)
+    def mode(request: pytest.FixtureRequest) -> str:
+        """Each in-process MCP test once per client mode ("auto", "legacy")."""
+        return request.param

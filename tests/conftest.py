@@ -6,22 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from codespace.testing import MODES, build_app
+from codespace.testing import anyio_backend, build_app, mode  # noqa: F401 - fixtures
 
 TESTS = Path(__file__).parent
 EXAMPLE_PLUGINS = TESTS / "plugins"
 REPO = TESTS.parent
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    """Every in-process MCP test runs in both client modes."""
-    return request.param
 
 
 @pytest.fixture

@@ -12,16 +12,13 @@ from __future__ import annotations
 import os
 import signal
 
+from ..procfs import stat_fields
+
 
 def _stat_ids(pid: int) -> tuple[int, int] | None:
-    """(pgid, sid) of ``pid`` from /proc, or None if it is gone or a zombie (nothing left to kill)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()
-    if fields[0] == b"Z":
+    """(pgid, sid) of ``pid``, or None if it is gone or a zombie (nothing left to kill)."""
+    fields = stat_fields(pid)
+    if fields is None or fields[0] == b"Z":
         return None
     return int(fields[2]), int(fields[3])
 

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 from pydantic import Field
 
 from ..models import Strict
+from ..procfs import start_ticks
 
 Status = Literal["running", "succeeded", "failed", "refused", "interrupted", "cancelled"]
 FINISHED: tuple[Status, ...] = ("succeeded", "failed", "refused", "interrupted", "cancelled")
@@ -107,15 +108,7 @@ class OperationStore(Protocol):
     async def close(self) -> None: ...
 
 
-def proc_start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name may contain spaces and parentheses; fields resume after the last ')'.
-    fields = data[data.rindex(b")") + 2 :].split()
-    return int(fields[19])
+proc_start_ticks = start_ticks
 
 
 def _boot_id() -> str:

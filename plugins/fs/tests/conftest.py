@@ -5,24 +5,13 @@ import os
 from pathlib import Path
 
 import pytest
-
-from codespace.testing import MODES, build_app
-from codespace.workspace import Workspace
 from codespace_fs.backend import FsBackend
 from codespace_fs.resolve import MODE_ENV
 
+from codespace.testing import anyio_backend, build_app, mode  # noqa: F401 - fixtures
+from codespace.workspace import Workspace
+
 RESOLVERS = ("openat2", "openat")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    """Every MCP-level test runs in both client modes."""
-    return request.param
 
 
 @pytest.fixture(params=RESOLVERS)

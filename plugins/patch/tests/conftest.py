@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from codespace.testing import MODES, build_app
+from codespace.testing import anyio_backend, build_app, mode  # noqa: F401 - fixtures
 
 TESTS = Path(__file__).resolve().parent
 PLUGIN_DIR = TESTS.parent
@@ -19,17 +19,6 @@ if str(PLUGIN_DIR) not in sys.path:
     sys.path.insert(0, str(PLUGIN_DIR))
 
 REAL_FS = importlib.util.find_spec("codespace_fs") is not None
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    """Every in-process MCP test runs in both client modes."""
-    return request.param
 
 
 @pytest.fixture(params=[TEST_FS, "fs"])

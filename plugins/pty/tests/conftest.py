@@ -4,17 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from codespace.testing import MODES, build_app
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return request.param
+from codespace.testing import anyio_backend, build_app, mode  # noqa: F401 - fixtures
 
 
 @pytest.fixture
