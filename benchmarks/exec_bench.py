@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import anyio
 from mcp import Client

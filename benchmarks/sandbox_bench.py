@@ -17,6 +17,9 @@ the spawn. Variants:
 - ``helper-ww``: the helper, bubblewrap engine, CodeSpace's default policy (workspace writable,
   protected names masked)
 - ``helper-ll``: the helper, Landlock engine, default policy
+- ``launch-ro`` / ``launch-ww`` / ``launch-ll``: the same three through the fast path,
+  ``LinuxSandbox.launch_now`` (what ``launch`` runs): handshake and seccomp program built
+  per call, the warm helper forks the per-command helper, ``waitpid`` on it (it is our child)
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from codespace_linux_sandbox.backend import LinuxSandbox, interpreter
+from codespace_linux_sandbox.backend import ZYGOTE, LinuxSandbox, interpreter
 
 from codespace.contract import CommandSpec
 from codespace.sandboxing import layout_for
@@ -70,9 +73,19 @@ def _helper_variant(base: Path, name: str, policy: str, engine: str):
     workspace = Workspace.open(ws, policy_path=policy_path, state_dir=base / f"{name}-state")
     workspace.ensure_state_dir()
     sandbox = LinuxSandbox(engine, workspace.state_dir)
-    spec = sandbox.wrap(CommandSpec(argv=["/bin/true"], cwd=str(ws), env={"PATH": "/usr/bin:/bin"}),
-                        layout_for(workspace))
-    return lambda: _spawn_wait(spec.argv, spec.env, spec.inherit), str(ws)
+    command = CommandSpec(argv=["/bin/true"], cwd=str(ws), env={"PATH": "/usr/bin:/bin"})
+    layout = layout_for(workspace)
+    spec = sandbox.wrap(command, layout)
+    stdio = (os.open(os.devnull, os.O_RDONLY), os.open(os.devnull, os.O_WRONLY), os.open(os.devnull, os.O_WRONLY))
+
+    def launch() -> float:
+        start = time.perf_counter()
+        launched = sandbox.launch_now(command, layout, stdio)
+        os.waitpid(launched.pid, 0)
+        launched.release()
+        return (time.perf_counter() - start) * 1000
+
+    return (lambda: _spawn_wait(spec.argv, spec.env, spec.inherit)), launch
 
 
 def main() -> int:
@@ -92,12 +105,9 @@ def main() -> int:
         # the interpreter floor of any per-command Python helper
         "python": lambda: _spawn_wait([interpreter(), "-I", "-S", "-c", "import posix; posix._exit(0)"], {}),
     }
-    read_only, _ = _helper_variant(base, "ro", '[filesystem.paths]\n"." = "read"\n', "bubblewrap")
-    default, _ww_dir = _helper_variant(base, "ww", "", "bubblewrap")
-    landlock, _ = _helper_variant(base, "ll", "", "landlock")
-    variants["helper-ro"] = read_only
-    variants["helper-ww"] = default
-    variants["helper-ll"] = landlock
+    for name, policy, engine in (("ro", '[filesystem.paths]\n"." = "read"\n', "bubblewrap"), ("ww", "", "bubblewrap"),
+                                 ("ll", "", "landlock")):
+        variants[f"helper-{name}"], variants[f"launch-{name}"] = _helper_variant(base, name, policy, engine)
     if os.access(args.codex, os.X_OK):
         codex_ww = base / "codex-ww"
         codex_ww.mkdir()
@@ -120,16 +130,15 @@ def main() -> int:
     for _ in range(args.rounds):
         for name, fn in variants.items():
             samples[name].append(fn())
+    ZYGOTE.stop()
     shutil.rmtree(base, ignore_errors=True)
     medians = {name: statistics.median(values) for name, values in samples.items()}
     report = {"rounds": args.rounds, "median_ms": {k: round(v, 2) for k, v in medians.items()},
               "load_average": os.getloadavg()}
     if "codex-ro" in medians:
         report["ratio"] = {
-            "helper-ro / codex-ro": round(medians["helper-ro"] / medians["codex-ro"], 3),
-            "helper-ww / codex-ww": round(medians["helper-ww"] / medians["codex-ww"], 3),
-            "helper-ww / codex-ro": round(medians["helper-ww"] / medians["codex-ro"], 3),
-            "helper-ll / codex-ww": round(medians["helper-ll"] / medians["codex-ww"], 3),
+            f"{kind}-{a} / codex-{b}": round(medians[f"{kind}-{a}"] / medians[f"codex-{b}"], 3)
+            for kind in ("launch", "helper") for a, b in (("ro", "ro"), ("ww", "ww"), ("ww", "ro"), ("ll", "ww"))
         }
     if args.json:
         print(json.dumps(report))
@@ -137,7 +146,7 @@ def main() -> int:
         for name, value in report["median_ms"].items():
             print(f"{name:>10}  {value:8.2f} ms")
         for name, value in report.get("ratio", {}).items():
-            print(f"{name:>24}  {value:.3f}")
+            print(f"{name:>26}  {value:.3f}")
         print(f"load average {report['load_average']}")
     return 0
 

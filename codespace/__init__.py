@@ -1,6 +1,6 @@
 """CodeSpace: a governed workspace for coding agents, served over MCP."""
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 from .plugins import hookimpl  # noqa: E402
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import resource
-import signal
 import sys
 import time
 

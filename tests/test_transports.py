@@ -6,12 +6,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import anyio
 import httpx2
 import pytest
 from mcp import Client

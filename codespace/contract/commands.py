@@ -31,6 +31,11 @@ class CommandSpec(Strict):
         "this way, never on argv or stdin). The spawner tells the child each pipe's descriptor number in "
         "the environment variable CODESPACE_FD_<NAME> (name upper-cased).",
     )
+    operation_id: str | None = Field(
+        default=None,
+        description="The operation that started the command (``exec``'s operation id), so a backend can "
+        "attribute what the command does (e.g. the egress proxy's decisions) to it.",
+    )
     pass_fds: list[int] = Field(
         default_factory=list,
         description="Set by the host, not by plugins: descriptors (already open in the server) the child "

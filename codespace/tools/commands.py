@@ -266,7 +266,7 @@ async def exec_command(call: ToolCall, args: ExecArgs) -> CommandOutput:
         env["CODESPACE_SANDBOX_NETWORK_DISABLED"] = "1"
     spec = CommandSpec(
         argv=argv, cwd=args.cwd or str(ws.root), env=env, tty=args.tty, rows=args.rows, cols=args.cols,
-        interactive=interactive or args.stdin is not None,
+        interactive=interactive or args.stdin is not None, operation_id=call.operation_id,
     )
     timeout_ms = args.timeout_ms or (None if interactive else limits.exec_timeout_ms)
     if timeout_ms is not None:

@@ -113,9 +113,9 @@ class DirectToolCalls:
         if stamped is not None:
             if stamped not in MODERN_PROTOCOL_VERSIONS:
                 return False
-            version, modern = stamped, True
+            modern = True
         elif self._legacy_version is not None:
-            version, modern = self._legacy_version, False
+            modern = False
         else:
             return False
         client = self._client

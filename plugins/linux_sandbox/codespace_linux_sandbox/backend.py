@@ -1,14 +1,23 @@
-"""The Sandbox backend (server side): choose an engine, build handshake v1, wrap the spec.
+"""The Sandbox backend (server side): choose an engine, build handshake v1, start the helper.
 
 Everything that can be done once is done here, in the server, and cached: the engine
 probes, the ``/proc`` preflight (upstream repeats it on every run), the seccomp programs
-(one per mode) and the interpreter path. ``wrap`` then only validates a small pydantic
-model and returns the helper's argv with two ``inherit`` payloads: the handshake and the
-BPF program.
+(one per mode) and the interpreter path. Per command it validates a small pydantic model
+and then either
+
+- ``launch`` (pipe sessions, the fast path): hands the handshake, the BPF program and the
+  command's stdio to the warm helper (:mod:`.launcher`), which forks the per-command
+  helper; or
+- ``wrap`` (terminal sessions): returns the helper's argv with the handshake and the BPF
+  program as ``inherit`` payloads, for the host to spawn.
+
+With network ``allowlist`` it also opens the command's route to the egress proxy
+(:mod:`.proxy.service`) and points the command's proxy variables at it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import stat
@@ -17,13 +26,19 @@ import sys
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+import anyio
 
 from codespace import kernel
-from codespace.contract import CommandSpec, SandboxInfo, SandboxLayout, ToolError
+from codespace.contract import CommandSpec, FsError, SandboxInfo, SandboxLayout, ToolError
 
 from . import seccomp
+from .launcher import Launched, Zygote, ZygoteUnavailable, spawn_helper
 from .limits import cannot_enforce
-from .protocol import Command, Handshake, Options, Policy
+from .protocol import Command, Handshake, Options, Policy, ProxyRoute
+
+log = logging.getLogger(__name__)
 
 HELPER_SCRIPT = str(Path(__file__).with_name("__main__.py").resolve())
 _PROC_FAILURE = ("Can't mount proc", "/newroot/proc")
@@ -36,8 +51,46 @@ def interpreter() -> str:
     return os.path.realpath(sys.executable)
 
 
+@cache
+def runtime_paths() -> list[str]:
+    """Where this server's Python code lives (prefixes, import path, the packages of the core and
+    its plugins, editable ones included), outermost directories only."""
+    from importlib.metadata import entry_points
+
+    candidates = {sys.prefix, sys.exec_prefix, *(p for p in sys.path if os.path.isabs(p))}
+    for name in {"codespace", *(ep.value.split(":")[0].split(".")[0] for ep in entry_points(group="codespace.plugins"))}:
+        module = sys.modules.get(name)
+        for location in getattr(module, "__path__", ()) or ():
+            candidates.add(os.path.dirname(os.path.abspath(location)))
+    existing = sorted(p.rstrip("/") or "/" for p in candidates if os.path.isdir(p))
+    out: list[str] = []
+    for path in existing:  # sorted: a parent comes before what it contains
+        if not any(path == kept or path.startswith(kept.rstrip("/") + "/") for kept in out):
+            out.append(path)
+    return out
+
+
 def helper_argv() -> list[str]:
     return [interpreter(), "-I", "-S", HELPER_SCRIPT]
+
+
+ZYGOTE = Zygote(helper_argv)
+"""The warm helper of this server process, shared by every workspace it serves."""
+
+PROXY_START_WAIT_S = 5.0
+SANDBOX_PROXY_PORT = 3128  # inside the sandbox's own network namespace nothing else listens
+NO_PROXY = "localhost,127.0.0.1,::1"
+_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NPM_CONFIG_PROXY", "NPM_CONFIG_HTTPS_PROXY", "YARN_HTTP_PROXY",
+                    "YARN_HTTPS_PROXY", "PIP_PROXY", "BUNDLE_HTTP_PROXY", "BUNDLE_HTTPS_PROXY", "DOCKER_HTTP_PROXY",
+                    "DOCKER_HTTPS_PROXY")
+
+
+def proxy_environment(port: int) -> dict[str, str]:
+    """The proxy variables (upstream's set, upper and lower case) for a proxy on 127.0.0.1:port."""
+    http, socks = f"http://127.0.0.1:{port}", f"socks5h://127.0.0.1:{port}"
+    env = {name: http for name in _PROXY_VARIABLES}
+    env.update(ALL_PROXY=socks, NO_PROXY=NO_PROXY)
+    return {**env, **{name.lower(): value for name, value in env.items()}}
 
 
 @dataclass(frozen=True)
@@ -140,6 +193,9 @@ class LinuxSandbox:
 
     preference: str
     state_dir: Path
+    proxy: Any = None
+    """The workspace's :class:`.proxy.ProxyService` when network access is 'allowlist' and it runs."""
+    zygote: Zygote = field(default=ZYGOTE)
     _run_dir: str | None = field(default=None, init=False)
 
     def choice(self) -> EngineChoice:
@@ -148,15 +204,26 @@ class LinuxSandbox:
     def info(self) -> SandboxInfo:
         choice = self.choice()
         abi = landlock_abi()
+        detail = choice.detail
+        if choice.available:
+            detail += "; " + self.fast_path_status()
         return SandboxInfo(
             engine=choice.engine,
             available=choice.available,
             landlock_abi=abi,
             cannot_enforce=cannot_enforce(choice.engine, abi, mount_proc=choice.mount_proc) if choice.available else [],
-            detail=choice.detail,
+            detail=detail,
         )
 
-    def handshake(self, spec: CommandSpec, layout: SandboxLayout) -> Handshake:
+    def fast_path_status(self) -> str:
+        if self.zygote.pid is not None:
+            return f"fast path: commands fork from the warm helper (pid {self.zygote.pid})"
+        if self.zygote.problem:
+            return f"fast path unavailable ({self.zygote.problem}): each command starts a helper of its own"
+        return "fast path: the warm helper starts with the first command"
+
+    def handshake(self, spec: CommandSpec, layout: SandboxLayout, route: Any = None) -> Handshake:
+        """Handshake v1 for ``spec``; ``route`` is the command's proxy route (see :meth:`open_route`)."""
         choice = self.choice()
         if not choice.available:
             raise ToolError(f"the sandbox cannot run here: {choice.detail}", code="sandbox_unavailable")
@@ -164,18 +231,21 @@ class LinuxSandbox:
             self._run_dir = _ensure_run_dir(self.state_dir / "sandbox")
         full_write = "/" in layout.writable and not layout.deny_read and not layout.protected
         mode = seccomp.mode_for(layout.network, full_write)
-        if choice.engine == "landlock" and mode == "proxy_routed":
-            # No network namespace: the proxy-routed filter would let AF_INET sockets reach
-            # any address (Landlock's TCP rules aside, UDP is open). Until a proxy bridge
-            # exists, fail closed with the restricted filter.
-            mode = "restricted"
+        env, proxy = spec.env, None
+        if mode == "proxy_routed" and choice.engine == "landlock":
+            # No network namespace: only TCP to this command's proxy port (Landlock) and no
+            # other kind of socket (seccomp). Without a route, no network at all.
+            mode = "proxy_tcp" if route is not None else "restricted"
+        if route is not None:
+            port = route.port if choice.engine == "landlock" else SANDBOX_PROXY_PORT
+            proxy = ProxyRoute(socket=route.path, port=port)
+            env = {**spec.env, **proxy_environment(port)}
         return Handshake(
             engine=choice.engine,
-            command=Command(argv=spec.argv, cwd=spec.cwd, env=spec.env),
+            command=Command(argv=spec.argv, cwd=spec.cwd, env=env),
             policy=Policy(
                 readable=layout.readable, writable=layout.writable, deny_read=layout.deny_read,
-                protected=layout.protected, network=layout.network,
-                proxy=None,  # the host-side bridge arrives with the proxy issue; until then 'proxy' fails closed
+                protected=layout.protected, network=layout.network, proxy=proxy,
             ),
             options=Options(
                 seccomp=mode,
@@ -183,12 +253,34 @@ class LinuxSandbox:
                 bwrap=choice.bwrap,
                 run_dir=self._run_dir,
                 landlock_abi=landlock_abi(),
+                runtime=runtime_paths(),
             ),
         )
 
+    def open_route(self, spec: CommandSpec, layout: SandboxLayout) -> Any:
+        """This command's route to the egress proxy, or None (no proxy needed, or none running:
+        then the command gets no network at all)."""
+        if layout.network != "proxy" or self.proxy is None or not self.proxy.running:
+            return None
+        engine = self.choice().engine
+        if engine == "landlock" and (landlock_abi() or 0) < 4:
+            return None  # no TCP rules to confine connects to the proxy's port: fail closed
+        return self.proxy.open_route(spec.operation_id, tcp=engine == "landlock")
+
+    def _release_route(self, route: Any) -> None:
+        if route is not None and self.proxy is not None:
+            self.proxy.release(route.path)
+
     def wrap(self, spec: CommandSpec, layout: SandboxLayout) -> CommandSpec:
+        """The slow path (terminal sessions): the host spawns the helper with the payloads. A
+        route is released when the helper's registration ends (or unused, after a timeout)."""
         _check_program(spec)
-        hs = self.handshake(spec, layout)
+        route = self.open_route(spec, layout)
+        try:
+            hs = self.handshake(spec, layout, route)
+        except BaseException:
+            self._release_route(route)
+            raise
         inherit = {"handshake": hs.encode()}
         if hs.options.seccomp != "none":
             inherit["seccomp"] = seccomp.program(hs.options.seccomp)
@@ -196,3 +288,56 @@ class LinuxSandbox:
             argv=helper_argv(), cwd=spec.cwd, env={}, tty=spec.tty, rows=spec.rows, cols=spec.cols,
             interactive=spec.interactive, inherit=inherit,
         )
+
+    async def launch(self, spec: CommandSpec, layout: SandboxLayout, stdio: tuple[int, int, int]) -> Launched:
+        """The fast path (pipe sessions): see :meth:`launch_now`."""
+        if layout.network == "proxy" and self.proxy is not None and not self.proxy.running:
+            with anyio.move_on_after(PROXY_START_WAIT_S):  # a command that arrives with the server
+                await self.proxy.wait_started()
+        return self.launch_now(spec, layout, stdio)
+
+    def launch_now(self, spec: CommandSpec, layout: SandboxLayout, stdio: tuple[int, int, int]) -> Launched:
+        """Start ``spec`` confined, on ``stdio``: a per-command helper forked by the warm helper
+        (or started alone when that cannot serve). Blocks for one round trip (a fork)."""
+        if not os.path.isdir(spec.cwd):  # as an unsandboxed exec would fail
+            raise FsError(f"cannot run in {spec.cwd}: the directory does not exist", path=spec.cwd, errno=2)
+        _check_program(spec)
+        route = self.open_route(spec, layout)
+        payloads: list[int] = []
+        try:
+            hs = self.handshake(spec, layout, route)
+            payloads.append(_memfd("codespace-handshake", hs.encode()))
+            if hs.options.seccomp != "none":
+                payloads.append(_memfd("codespace-seccomp", seccomp.program(hs.options.seccomp)))
+            fds = [*stdio, *payloads]
+            popen = None
+            try:
+                pid = self.zygote.request(fds)
+            except ZygoteUnavailable as exc:
+                log.debug("sandbox fast path unavailable: %s", exc)
+                try:
+                    popen = spawn_helper(helper_argv(), fds, spec.cwd)
+                except OSError as spawn_exc:
+                    raise ToolError(f"cannot start the sandbox helper: {spawn_exc}", code="spawn_failed") from spawn_exc
+                pid = popen.pid
+            return Launched(pid, (lambda: self._release_route(route)) if route is not None else None, popen)
+        except BaseException:
+            self._release_route(route)
+            raise
+        finally:
+            for fd in payloads:
+                os.close(fd)
+
+
+def _memfd(name: str, data: bytes) -> int:
+    """A payload the helper reads to its end (bwrap reads the seccomp program the same way)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -114,6 +114,20 @@ def private_tmp_dirs(policy: dict, env: dict) -> list[str]:
     return out
 
 
+def runtime_under(private: list[str], runtime, policy: dict, writable: list[str]) -> list[str]:
+    """The server's runtime directories a private tmpfs would hide, which the policy lets the
+    command read: bound back read-only (deny-read masks still go on top)."""
+    readable = policy["readable"]
+    return [
+        path for path in runtime
+        if any(_inside(path, tmp) for tmp in private)
+        and not any(_inside(path, w) for w in writable)
+        and ("/" in readable or any(_inside(path, r) for r in readable))
+        and not any(_inside(path, d) for d in policy["deny_read"])
+        and _is_dir(path)
+    ]
+
+
 def build(handshake: dict) -> Plan:
     policy, command, options = handshake["policy"], handshake["command"], handshake["options"]
     check_links(policy)
@@ -131,8 +145,11 @@ def build(handshake: dict) -> Plan:
 
     writable = [w for w in policy["writable"] if _is_dir(w)]
     ops: list[tuple[int, int, list[str]]] = []  # (depth, kind order, args)
-    for path in private_tmp_dirs(policy, command["env"]):
+    private = private_tmp_dirs(policy, command["env"])
+    for path in private:
         ops.append((_depth(path), 0, ["--tmpfs", path]))
+    for path in runtime_under(private, options.get("runtime", ()), policy, writable):
+        ops.append((_depth(path), 1, ["--ro-bind", path, path]))
     for root in writable:
         ops.append((_depth(root), 1, ["--bind", root, root]))
 
@@ -177,10 +194,13 @@ def build(handshake: dict) -> Plan:
     return plan
 
 
-def finish(plan: Plan, *, seccomp_fd: int | None, info_fd: int) -> list[str]:
+def finish(plan: Plan, *, seccomp_fd: int | None, info_fd: int, block_fd: int = -1) -> list[str]:
     """The option list, once the descriptor numbers are known (the command follows ``--`` on
-    bwrap's real argv: options read with ``--args`` cannot carry it)."""
+    bwrap's real argv: options read with ``--args`` cannot carry it). ``block_fd``: bwrap waits
+    for a byte on it after building the sandbox and before running the command."""
     extra = ["--info-fd", str(info_fd)]
+    if block_fd >= 0:
+        extra += ["--block-fd", str(block_fd)]
     if seccomp_fd is not None:
         extra += ["--seccomp", str(seccomp_fd)]
     return [*plan.args, *extra]

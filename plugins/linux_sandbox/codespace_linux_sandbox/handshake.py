@@ -32,11 +32,12 @@ SCHEMA: dict[str, tuple[str, bool, tuple[str, ...] | None]] = {
     "policy.protected": (_STRS, True, None),
     "policy.network": (_STR, True, ("off", "proxy", "on")),
     "policy.proxy": ("an object or null", False, None),
-    "options.seccomp": (_STR, True, ("restricted", "proxy_routed", "vsock_restricted", "none")),
+    "options.seccomp": (_STR, True, ("restricted", "proxy_routed", "proxy_tcp", "vsock_restricted", "none")),
     "options.mount_proc": (_BOOL, False, None),
     "options.bwrap": (_STR, False, None),
     "options.run_dir": (_STR, True, None),
     "options.landlock_abi": (_INT, False, None),
+    "options.runtime": (_STRS, False, None),
 }
 
 
@@ -120,6 +121,13 @@ def decode(data: bytes) -> dict:
             raise HandshakeError(f"handshake field '{name}' is {item!r}; expected one of {', '.join(allowed)}")
     if not value["command"]["argv"]:
         raise HandshakeError("handshake field 'command.argv' is empty")
+    proxy = value["policy"].get("proxy")
+    if proxy is not None:
+        if type(proxy.get("socket")) is not str or not proxy["socket"].startswith("/"):
+            raise HandshakeError("handshake field 'policy.proxy.socket' must be an absolute path")
+        port = proxy.get("port")
+        if type(port) is not int or not 0 < port < 65536:
+            raise HandshakeError("handshake field 'policy.proxy.port' must be a port number (1-65535)")
     return value
 
 

@@ -1,9 +1,15 @@
-"""``codespace-linux-sandbox``: the helper executable, run once per sandboxed command.
+"""``codespace-linux-sandbox``: the helper, one process per sandboxed command.
 
-The server starts it as ``python -I -S .../codespace_linux_sandbox/__main__.py`` with the
-command's stdio and two inherited pipes: the handshake (JSON, protocol version 1) and,
-unless the policy needs none, the seccomp program (raw BPF). Its own environment holds
-nothing else; the command's travels in the handshake.
+It runs in one of two ways, with the same code and the same handshake (protocol v1):
+
+- started by the server per command (``wrap``, terminal sessions and the fallback) as
+  ``python -I -S .../codespace_linux_sandbox/__main__.py`` with the command's stdio and
+  two inherited descriptors: the handshake (JSON) and, unless the policy needs none, the
+  seccomp program (raw BPF), named by ``CODESPACE_FD_HANDSHAKE`` / ``CODESPACE_FD_SECCOMP``;
+- forked by the warm helper (:mod:`.zygote`, the fast path ``launch``), which receives the
+  same two descriptors and the command's stdio over its socket and calls :func:`run`.
+
+Its own environment holds nothing else; the command's travels in the handshake.
 
 Exit codes of the helper itself (the command's own code otherwise): 125 when the
 handshake is refused or the sandbox cannot be built (the message, on stderr, names the
@@ -31,7 +37,7 @@ def _fail(message: str, code: int = SETUP_FAILED_EXIT_CODE) -> int:
     return code
 
 
-def _run_bubblewrap(hs: dict, seccomp_fd: int | None) -> int:
+def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool) -> int:
     from . import bwrap_argv, supervise
     from .placeholders import Placeholders
 
@@ -42,55 +48,91 @@ def _run_bubblewrap(hs: dict, seccomp_fd: int | None) -> int:
         plan = bwrap_argv.build(hs)
     except bwrap_argv.SetupError as exc:
         return _fail(str(exc))
+    route = hs["policy"].get("proxy") if hs["policy"]["network"] == "proxy" else None
+    registration = None
+    if route is not None:
+        from . import proxy_route
 
-    def args_for(info_fd: int) -> list[str]:
-        return bwrap_argv.finish(plan, seccomp_fd=seccomp_fd, info_fd=info_fd)
+        try:
+            registration = proxy_route.register(route["socket"], announce=False)
+        except OSError as exc:
+            return _fail(f"cannot reach the egress proxy ({route['socket']}): {exc.strerror or exc}")
+
+    def args_for(info_fd: int, block_fd: int) -> list[str]:
+        return bwrap_argv.finish(plan, seccomp_fd=seccomp_fd, info_fd=info_fd, block_fd=block_fd)
 
     hardening_failed: list[HardeningError] = []
 
     def harden(pid: int) -> None:
         # Hardening overlaps bwrap's set-up (importing the FFI costs the better part of a
         # millisecond); if it fails, the sandbox is killed before the helper goes on.
+        if hardened:
+            return
         try:
             harden_self()
         except HardeningError as exc:
             hardening_failed.append(exc)
             posix.kill(pid, 9)
 
+    def open_proxy_listener(sandbox_pid: int) -> None:
+        from . import proxy_route
+
+        proxy_route.listen_inside(sandbox_pid, route["port"], registration)
+
     try:
         with Placeholders(hs["options"]["run_dir"], plan.placeholders):
-            code, received = supervise.run_bwrap(bwrap, args_for, hs["command"]["argv"],
-                                                 [] if seccomp_fd is None else [seccomp_fd], harden)
+            code, received = supervise.run_bwrap(
+                bwrap, args_for, hs["command"]["argv"], [] if seccomp_fd is None else [seccomp_fd], harden,
+                sandbox_ready=open_proxy_listener if route is not None else None)
+    except supervise.SandboxSetupError as exc:
+        return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot start the sandbox ({bwrap}): {exc.strerror or exc}")
+    finally:
+        if registration is not None:
+            posix.close(registration)  # the proxy releases this command's route
     if hardening_failed:
         return _fail(str(hardening_failed[0]), hardening_failed[0].exit_code)
     return supervise.reraise_or_code(code, received)
 
 
+def run(raw: bytes, seccomp_fd: int | None, *, hardened: bool = False) -> int:
+    """Check the handshake ``raw`` and run its command; ``seccomp_fd`` holds the BPF program.
+    ``hardened``: this process is already hardened (forked by the warm helper)."""
+    try:
+        hs = hs_module.decode(raw)
+    except hs_module.HandshakeError as exc:
+        return _fail(str(exc))
+    if hs["options"]["seccomp"] != "none" and seccomp_fd is None:
+        return _fail(f"the policy needs the {hs['options']['seccomp']} seccomp filter but the server sent none "
+                     "(no seccomp descriptor); refusing to run unfiltered")
+    if hs["engine"] == "bubblewrap":
+        return _run_bubblewrap(hs, seccomp_fd, hardened)
+    if not hardened:
+        try:
+            harden_self()
+        except HardeningError as exc:
+            return _fail(str(exc), exc.exit_code)
+    from .landlock_engine import run as run_landlock
+
+    return run_landlock(hs, seccomp_fd, _fail)
+
+
 def main(argv: list[str] | None = None) -> int:
     remove_ld_variables()
+    zygote = posix.environ.get(b"CODESPACE_FD_ZYGOTE")
+    if zygote is not None:
+        from .zygote import serve
+
+        return serve(zygote, posix.environ.get(b"CODESPACE_ZYGOTE_PARENT", b""))
     if (argv if argv is not None else sys.argv[1:]):
         return _fail("takes no arguments: the server passes the handshake on the descriptor named by "
                      "CODESPACE_FD_HANDSHAKE (protocol version 1)", 2)
     try:
         raw = hs_module.read_inherited("handshake")
-        if raw is None:
-            return _fail("no handshake: CODESPACE_FD_HANDSHAKE is not set (this helper is started by the "
-                         "CodeSpace server, protocol version 1)", 2)
-        hs = hs_module.decode(raw)
     except hs_module.HandshakeError as exc:
         return _fail(str(exc))
-    seccomp_fd = hs_module.inherited_fd("seccomp")
-    if hs["options"]["seccomp"] != "none" and seccomp_fd is None:
-        return _fail(f"the policy needs the {hs['options']['seccomp']} seccomp filter but the server sent none "
-                     "(CODESPACE_FD_SECCOMP is not set); refusing to run unfiltered")
-    if hs["engine"] == "bubblewrap":
-        return _run_bubblewrap(hs, seccomp_fd)
-    try:
-        harden_self()
-    except HardeningError as exc:
-        return _fail(str(exc), exc.exit_code)
-    from .landlock_engine import run
-
-    return run(hs, seccomp_fd, _fail)
+    if raw is None:
+        return _fail("no handshake: CODESPACE_FD_HANDSHAKE is not set (this helper is started by the "
+                     "CodeSpace server, protocol version 1)", 2)
+    return run(raw, hs_module.inherited_fd("seccomp"))

@@ -21,7 +21,7 @@ import os
 import stat
 
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446  # same on x86_64 and aarch64
-RULE_PATH_BENEATH = 1
+RULE_PATH_BENEATH, RULE_NET_PORT = 1, 2
 CREATE_RULESET_VERSION = 1
 
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
@@ -157,8 +157,11 @@ def abi() -> int:
                                ctypes.c_uint32(CREATE_RULESET_VERSION)), "landlock_create_ruleset(VERSION)")
 
 
-def create_ruleset(rules: list[tuple[str, str]], abi_version: int, *, restrict_network: bool) -> int:
-    """A ruleset fd holding ``rules`` (restricted later, in the child, by :func:`restrict_self`)."""
+def create_ruleset(rules: list[tuple[str, str]], abi_version: int, *, restrict_network: bool,
+                   connect_ports: list[int] = ()) -> int:
+    """A ruleset fd holding ``rules`` (restricted later, in the child, by :func:`restrict_self`);
+    with ``restrict_network`` (ABI >= 4) TCP bind and connect are refused except connect to
+    ``connect_ports``."""
     sc = _Syscalls()
     handled = handled_fs(abi_version)
     net = NET_BIND_TCP | NET_CONNECT_TCP if restrict_network and abi_version >= 4 else 0
@@ -186,6 +189,10 @@ def create_ruleset(rules: list[tuple[str, str]], abi_version: int, *, restrict_n
                                     beneath, ctypes.c_uint32(0)), f"landlock_add_rule({path})")
             finally:
                 os.close(target)
+        for port in connect_ports if net else ():
+            attr = ctypes.create_string_buffer(NET_CONNECT_TCP.to_bytes(8, "little") + port.to_bytes(8, "little"), 16)
+            sc.check(sc.syscall(ctypes.c_long(SYS_ADD_RULE), ctypes.c_int(fd), ctypes.c_int(RULE_NET_PORT),
+                                attr, ctypes.c_uint32(0)), f"landlock_add_rule(TCP connect to port {port})")
     except BaseException:
         os.close(fd)
         raise

@@ -10,10 +10,14 @@ program and execs the command.
 The command stays in the helper's session and process group, so the host's signals
 (group and session sweep, Ctrl-C on a terminal) reach it directly and are not forwarded
 a second time; the helper only forwards a signal when its own parent died (the server's
-``PR_SET_PDEATHSIG`` reaches the helper alone). The helper is a child subreaper: orphaned
-descendants come back to it, and when the command ends every descendant still running is
-killed, as the end of a PID namespace would do. The command's exit status is the
-helper's own: its code, or its terminating signal re-raised.
+``PR_SET_PDEATHSIG`` reaches the helper alone), and then kills everything left after a
+grace period. The helper is a child subreaper: orphaned descendants come back to it, and
+when the command ends every descendant still running is killed, as the end of a PID
+namespace would do. The command's exit status is the helper's own: its code, or its
+terminating signal re-raised.
+
+With network ``allowlist`` the helper registers with the command's proxy route first
+(:mod:`.proxy_route`) and the ruleset allows TCP connect to that route's port only.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 from . import landlock, libc
-from .supervise import FORWARDED, reraise_or_code
+from .supervise import FORWARDED, PYTHON_IGNORED, arm_parent_death_deadline, reraise_or_code
 
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
@@ -108,7 +112,7 @@ def _child(hs: dict, ruleset_fd: int, program: bytes | None, parent: int, env: d
         lib.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(1)
-        for signum in FORWARDED:
+        for signum in (*FORWARDED, *PYTHON_IGNORED):
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         os.chdir(hs["command"]["cwd"])
@@ -168,12 +172,32 @@ def run(hs: dict, seccomp_fd: int | None, fail: Callable[..., int]) -> int:
         check_links(hs["policy"])
     except SetupError as exc:
         return fail(str(exc))
+    route = hs["policy"].get("proxy") if hs["policy"]["network"] == "proxy" and abi >= 4 else None
+    registration = None
+    if route is not None:
+        from . import proxy_route
+
+        try:
+            registration = proxy_route.register(route["socket"], announce=True)
+        except OSError as exc:
+            return fail(f"cannot reach the egress proxy ({route['socket']}): {exc.strerror or exc}")
+    try:
+        return _run(hs, abi, program, route, fail)
+    finally:
+        if registration is not None:
+            os.close(registration)  # the proxy releases this command's route
+
+
+def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, fail: Callable[..., int]) -> int:
     tmpdir = _private_tmp(hs["options"]["run_dir"])
     env = dict(hs["command"]["env"])
     env["TMPDIR"] = tmpdir
     try:
         rules = landlock.plan(hs["policy"], [tmpdir])
-        ruleset = landlock.create_ruleset(rules, abi, restrict_network=hs["policy"]["network"] != "on")
+        # Network 'proxy': TCP connect to the proxy's port for this command, nothing else
+        # (seccomp's proxy_tcp filter refuses every other kind of socket).
+        ruleset = landlock.create_ruleset(rules, abi, restrict_network=hs["policy"]["network"] != "on",
+                                          connect_ports=[route["port"]] if route is not None else [])
     except (OSError, landlock.LandlockError) as exc:
         _remove_tree(tmpdir)
         return fail(f"cannot build the Landlock ruleset: {exc}")
@@ -183,16 +207,29 @@ def run(hs: dict, seccomp_fd: int | None, fail: Callable[..., int]) -> int:
     received: list[int] = []
     child = 0
 
+    armed = False
+
+    def kill_everything() -> None:
+        for pid in [child, *_descendants(me)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
     def on_signal(signum: int, frame: object) -> None:
+        nonlocal armed
         received.append(signum)
         if os.getppid() != parent and child:  # the server died: pass its death signal on
             try:
                 os.kill(child, signum)
             except OSError:
                 pass
+            if not armed:
+                armed = True
+                arm_parent_death_deadline(kill_everything)
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, set(FORWARDED))
     me = os.getpid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, set(FORWARDED))
     child = os.fork()
     if child == 0:
         _child(hs, ruleset, program, me, env)

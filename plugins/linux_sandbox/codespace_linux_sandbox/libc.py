@@ -9,6 +9,7 @@ The Landlock engine, which builds structs, uses full ``ctypes`` instead.
 
 
 import _ctypes
+import posix
 
 PR_SET_PDEATHSIG = 1
 PR_GET_DUMPABLE = 3
@@ -17,6 +18,11 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_SET_CHILD_SUBREAPER = 36
 RLIMIT_CORE = 4
 LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8
+CLONE_PARENT = 0x00008000
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
+SIGCHLD = 17
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 
 
 class Int(_ctypes._SimpleCData):
@@ -36,10 +42,32 @@ class _Function(_ctypes.CFuncPtr):
     _restype_ = Int
 
 
+class _HoldingTheGil(_ctypes.CFuncPtr):
+    # clone() must run with the GIL held: the child resumes inside this call and must find
+    # the interpreter exactly as the parent left it (single thread, GIL taken).
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO | _ctypes.FUNCFLAG_PYTHONAPI
+    _restype_ = Long
+
+
 prctl = _Function(("prctl", _Process))
 setrlimit = _Function(("setrlimit", _Process))
 flock = _Function(("flock", _Process))
+setns = _Function(("setns", _Process))
+ioctl = _Function(("ioctl", _Process))
+_syscall = _HoldingTheGil(("syscall", _Process))
 
 
 def errno() -> int:
     return _ctypes.get_errno()
+
+
+def clone_parent() -> int:
+    """fork(), except that the child's parent is our own parent (``CLONE_PARENT``): 0 in the
+    child, its pid in the caller. The raw system call skips Python's and glibc's fork
+    bookkeeping, so only a single-threaded caller that holds no locks may use it (the
+    zygote's main loop); glibc >= 2.34 resolves its own thread id for ``raise()``."""
+    number = SYS_CLONE[posix.uname().machine]
+    pid = _syscall(Long(number), Long(CLONE_PARENT | SIGCHLD), Long(0), Long(0), Long(0), Long(0))
+    if pid < 0:
+        raise OSError(errno(), f"clone(CLONE_PARENT) failed: {posix.strerror(errno())}")
+    return pid

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-PROXY = ("network 'allowlist': the egress proxy is not implemented yet, so allowlisted domains are unreachable "
-         "too (fails closed: no direct egress)")
+BUBBLEWRAP: list[str] = []
 
-BUBBLEWRAP = [PROXY]
+LANDLOCK_PROXY = [
+    ("network 'allowlist': Landlock's TCP rules name ports, not addresses, so a command may open a TCP "
+     "connection to any host on its own proxy port number (the number is in its proxy variables); every other "
+     "port, UDP and every other kind of socket are refused"),
+    ("network 'allowlist': a command cannot listen on TCP ports (no private network namespace would keep them "
+     "to itself)"),
+]
 
 LANDLOCK = [
     ("no mount or PID namespace: deny-read paths inside readable roots hide their contents, but their names stay "
@@ -19,7 +24,6 @@ LANDLOCK = [
     "separate network namespace"),
     ("a process that calls setsid() and outlives a helper killed with SIGKILL escapes the clean-up "
     "(no PID namespace)"),
-    PROXY,
 ]
 
 
@@ -30,11 +34,14 @@ def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True) -> 
             out.insert(0, "a fresh /proc: bwrap cannot mount proc here, so the host's /proc is visible read-only")
         return out
     out = list(LANDLOCK)
+    if abi is not None and abi >= 4:
+        out += LANDLOCK_PROXY
     if abi is not None and abi < 6:
         out.append(f"Landlock ABI {abi} < 6: signals to processes outside the sandbox and abstract Unix sockets "
                    "outside it are not blocked")
     if abi is not None and abi < 4:
-        out.append(f"Landlock ABI {abi} < 4: TCP is restricted by seccomp only")
+        out.append(f"Landlock ABI {abi} < 4: TCP is restricted by seccomp only, and network 'allowlist' cannot be "
+                   "confined to the proxy: allowlisted commands get no network at all (fail closed)")
     if abi is not None and abi < 3:
         out.append(f"Landlock ABI {abi} < 3: truncating files in read-only places is not controlled")
     return out

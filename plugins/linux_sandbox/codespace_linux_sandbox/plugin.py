@@ -1,12 +1,21 @@
-"""Hooks of the linux_sandbox plugin: the Sandbox backend and ``codespace doctor`` checks."""
+"""Hooks of the linux_sandbox plugin: the Sandbox backend, its services (the warm helper and
+the egress proxy) and ``codespace doctor`` checks."""
 
 from __future__ import annotations
 
-from codespace import hookimpl
+import logging
+
+import anyio
+
+from codespace import hookimpl, sandboxing
+from codespace.contract import Refused
 from codespace.doctor import Check
 
-from .backend import LinuxSandbox, landlock_abi, probe_bwrap
+from .backend import LinuxSandbox, helper_argv, landlock_abi, probe_bwrap
+from .launcher import Zygote
 from .seccomp import available as seccomp_problem
+
+log = logging.getLogger(__name__)
 
 
 @hookimpl
@@ -14,6 +23,53 @@ def codespace_sandbox(workspace):
     # Returned even when no engine works: the core's decision then names the reason
     # (info().detail) instead of "no sandbox plugin is installed".
     return LinuxSandbox(preference=workspace.policy.sandbox.engine, state_dir=workspace.state_dir)
+
+
+def _warm_helper(sandbox: LinuxSandbox):
+    async def warm_helper() -> None:
+        """Start the warm helper with the server, not with its first command; stop it at shutdown."""
+        if not sandbox.zygote.acquire():
+            log.warning("sandbox fast path unavailable: %s", sandbox.zygote.problem)
+            return
+        try:
+            await anyio.to_thread.run_sync(sandbox.zygote.wait_ready)
+            await anyio.sleep_forever()
+        finally:
+            sandbox.zygote.release()
+
+    return warm_helper
+
+
+@hookimpl
+def codespace_services(workspace, backends, store):
+    sandbox = backends.sandbox()
+    if not isinstance(sandbox, LinuxSandbox):
+        return None  # another plugin confines commands
+    services = []
+    try:
+        confined = sandboxing.decide(workspace, backends).backend is sandbox
+    except Refused:
+        confined = False
+    if confined:
+        services.append(_warm_helper(sandbox))
+    if workspace.policy.network.access == "allowlist":
+        from .proxy import ProxyService
+        from .proxy.service import rules_from_policy
+
+        sandbox.proxy = ProxyService(rules_from_policy(workspace.policy.network), store, workspace.state_dir)
+        services.append(sandbox.proxy.run)
+    return services
+
+
+def _fast_path_check() -> Check:
+    zygote = Zygote(helper_argv)
+    try:
+        ok = zygote.acquire() and zygote.wait_ready()
+        detail = (f"the warm helper starts and answers (pid {zygote.pid}); each command forks from it"
+                  if ok else f"unavailable ({zygote.problem}): each command starts a helper of its own (slower)")
+    finally:
+        zygote.release()
+    return Check("sandbox fast path", ok, detail, "" if ok else "see the detail; commands still run sandboxed")
 
 
 @hookimpl
@@ -26,16 +82,27 @@ def codespace_doctor(workspace):
     checks = [
         Check("sandbox engine", info.available,
               f"{info.engine} (sandbox.engine = {workspace.policy.sandbox.engine!r}, Landlock ABI "
-              f"{abi if abi is not None else 'none'}): {info.detail}",
+              f"{abi if abi is not None else 'none'}): {sandbox.choice().detail}",
               "" if info.available else "install bubblewrap (apt-get install bubblewrap) or use a kernel with Landlock"),
         Check("sandbox /proc preflight", bwrap.ok and bwrap.mount_proc,
               bwrap.detail, "" if bwrap.ok and bwrap.mount_proc else "commands see the host's /proc read-only"),
         Check("sandbox seccomp (libseccomp)", problem is None, problem or "filters compile (restricted, proxy-routed, "
-              "vsock-restricted)", "" if problem is None else "apt-get install libseccomp2"),
+              "proxy-tcp, vsock-restricted)", "" if problem is None else "apt-get install libseccomp2"),
     ]
     if info.available:
+        checks.append(_fast_path_check())
         checks.append(Check(
             "sandbox cannot enforce", True,
             "; ".join(info.cannot_enforce) if info.cannot_enforce else "nothing: every policy rule is enforced",
+        ))
+    if workspace.policy.network.access == "allowlist" and info.available:
+        landlock_ok = info.engine != "landlock" or (abi or 0) >= 4
+        how = ("each command's own network namespace, reaching only its proxy listener" if info.engine == "bubblewrap"
+               else "Landlock TCP rules: connect only to the command's proxy port")
+        checks.append(Check(
+            "sandbox egress proxy", landlock_ok,
+            f"network.access = 'allowlist': commands reach allowlisted domains through the proxy ({how})"
+            if landlock_ok else f"Landlock ABI {abi} < 4 cannot confine TCP: allowlisted commands get no network",
+            "" if landlock_ok else "use bubblewrap or a kernel with Landlock ABI >= 4",
         ))
     return checks

@@ -21,7 +21,7 @@ PROTOCOL_VERSION = 1
 
 Engine = Literal["bubblewrap", "landlock"]
 Network = Literal["off", "proxy", "on"]
-SeccompMode = Literal["restricted", "proxy_routed", "vsock_restricted", "none"]
+SeccompMode = Literal["restricted", "proxy_routed", "proxy_tcp", "vsock_restricted", "none"]
 
 
 class _Model(BaseModel):
@@ -29,10 +29,17 @@ class _Model(BaseModel):
 
 
 class ProxyRoute(_Model):
-    """Where the host-side proxy bridge listens (network 'proxy'; the bridge is a later issue)."""
+    """This command's route to the egress proxy (network 'proxy'), see :mod:`.proxy_route`."""
 
-    socket: str = Field(description="Absolute path of the Unix socket the host-side bridge listens on.")
-    port: int = Field(ge=1, le=65535, description="Loopback port the command's proxy variables point at.")
+    socket: str = Field(
+        description="Absolute path of the route's Unix socket: the helper registers there (and, under "
+        "bubblewrap, hands over the listener it opened inside the sandbox); never visible to the command.",
+    )
+    port: int = Field(
+        ge=1, le=65535,
+        description="Loopback port the command's proxy variables point at: inside the sandbox's network "
+        "namespace (bubblewrap) or the host's loopback listener the proxy opened for this command (Landlock).",
+    )
 
 
 class Policy(_Model):
@@ -63,6 +70,12 @@ class Options(_Model):
     bwrap: str | None = Field(default=None, description="Absolute path of bwrap (bubblewrap engine).")
     run_dir: str = Field(description="Private 0700 directory for the helper's bookkeeping (placeholder locks).")
     landlock_abi: int | None = Field(default=None, description="Best Landlock ABI of the kernel, probed by the server.")
+    runtime: list[str] = Field(
+        default_factory=list,
+        description="The server's Python installation and import path: kept visible (read-only, where the "
+        "policy lets the command read them) when a private /tmp would hide them, so helpers such as "
+        "codespace-patch's run from a venv or checkout under /tmp.",
+    )
 
 
 class Handshake(_Model):

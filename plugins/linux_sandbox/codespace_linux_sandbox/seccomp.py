@@ -1,4 +1,5 @@
-"""The seccomp programs (upstream's three modes), compiled once per mode in the server.
+"""The seccomp programs (upstream's three modes and ``proxy_tcp``, CodeSpace's mode for
+Landlock with a network allowlist), compiled once per mode in the server.
 
 Binding: ``pyseccomp``, a ctypes wrapper of the system libseccomp (Debian ``libseccomp2``,
 which apt itself depends on). libseccomp does what a hand-written BPF filter tends to get
@@ -35,7 +36,10 @@ _IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 _NETWORK = ("connect", "accept", "accept4", "bind", "listen", "getsockname", "shutdown",
             "sendmmsg", "recvmmsg", "getsockopt", "setsockopt")
 
-MODES = ("restricted", "proxy_routed", "vsock_restricted")
+MODES = ("restricted", "proxy_routed", "proxy_tcp", "vsock_restricted")
+SOCK_STREAM, SOCK_TYPE_MASK = 1, 0xF
+IPPROTO_TCP = 6
+MSG_FASTOPEN = 0x20000000
 ERRNO = {"getpeername": errno.ENOTSOCK}  # every other denied call: EPERM
 
 
@@ -72,14 +76,26 @@ def rules(mode: str) -> list[tuple[str, list[tuple[int, str, int, int]]]]:
         out += [("getpeername", [])]  # fails with ENOTSOCK, see ERRNO
         out += [("sendto", [(4, "NE", 0, 0)])]  # only with a destination address, see the module docstring
         out += [("socket", [(0, "NE", socket.AF_UNIX, 0)]), ("socketpair", [(0, "NE", socket.AF_UNIX, 0)])]
-    if mode in ("restricted", "proxy_routed"):
+    if mode in ("restricted", "proxy_routed", "proxy_tcp"):
         out += [(name, []) for name in _PTRACE]
-    if mode == "proxy_routed":
-        # socket() only for AF_INET / AF_INET6 (to reach the proxy bridge); libseccomp takes
+    if mode in ("proxy_routed", "proxy_tcp"):
+        # socket() only for AF_INET / AF_INET6 (to reach the proxy's listener); libseccomp takes
         # one comparison per argument and rule, so "neither 2 nor 10" is spelled out.
         out += [("socket", [(0, "LT", socket.AF_INET, 0)]), ("socket", [(0, "GT", socket.AF_INET6, 0)])]
         out += [("socket", [(0, "EQ", domain, 0)]) for domain in range(socket.AF_INET + 1, socket.AF_INET6)]
         out += [("socketpair", [(0, "NE", socket.AF_UNIX, 0)])]
+    if mode == "proxy_tcp":
+        # CodeSpace's mode for Landlock (no network namespace): Landlock's rules cover TCP
+        # only, so every other socket is refused here — UDP, raw and ICMP sockets by type,
+        # SCTP and MPTCP by protocol — and so are TCP Fast Open sends, which connect without
+        # going through connect().
+        out += [("socket", [(1, "MASKED_EQ", kind, SOCK_TYPE_MASK)])
+                for kind in range(SOCK_TYPE_MASK + 1) if kind != SOCK_STREAM]
+        out += [("socket", [(2, "GT", IPPROTO_TCP, 0)])]
+        out += [("socket", [(2, "EQ", protocol, 0)]) for protocol in range(1, IPPROTO_TCP)]
+        out += [("sendto", [(3, "MASKED_EQ", MSG_FASTOPEN, MSG_FASTOPEN)]),
+                ("sendmsg", [(2, "MASKED_EQ", MSG_FASTOPEN, MSG_FASTOPEN)]),
+                ("sendmmsg", [(3, "MASKED_EQ", MSG_FASTOPEN, MSG_FASTOPEN)])]
     if mode == "vsock_restricted":
         out += [("socket", [(0, "EQ", AF_VSOCK, 0)])]
     if mode in MODES:

@@ -2,8 +2,8 @@
 
 bubblewrap engine — process tree::
 
-    helper (session leader, started by the host) ── bwrap (own session) ── bwrap init, PID 1
-                                                                             └─ command, PID 2
+    helper (session leader) ── bwrap (own session) ── bwrap init, PID 1
+                                                         └─ command, PID 2
 
 bwrap is started in a session of its own so that signals the host sends to the helper's
 group and session (timeouts, ``terminate``, Ctrl-C on a terminal) do not kill it (its
@@ -15,7 +15,11 @@ reaps every orphan and exits with the command's code, or 128+N when it died of s
 signal N and the command ends with 128+N, the helper re-raises N, so the host sees the
 command killed by N as it would without a sandbox.
 
-Landlock engine — see :func:`run_landlock`.
+When the server dies, the helper gets its parent-death signal (SIGTERM), forwards it, and
+gives the command :data:`PARENT_DEATH_GRACE_S` to end before it kills the sandbox: nothing
+outlives a dead server.
+
+Landlock engine — see :mod:`.landlock_engine`.
 """
 
 
@@ -32,6 +36,23 @@ FORWARDED = (_signal.SIGHUP, _signal.SIGINT, _signal.SIGQUIT, _signal.SIGTERM)
 # gets the same signal twice within microseconds; the kernel would merge such a pair for one
 # process while it is pending, and the helper does the same before forwarding.
 DUPLICATE_WINDOW_S = 0.05
+PARENT_DEATH_GRACE_S = 2.0
+# The interpreter ignores these at start-up; an ignored disposition survives exec, so bwrap and
+# the command would inherit it (``yes | head -1`` would print "Broken pipe" instead of ending).
+PYTHON_IGNORED = (_signal.SIGPIPE, _signal.SIGXFSZ)
+
+
+class SandboxSetupError(Exception):
+    """The sandbox started but could not be finished (it was killed; the command never ran)."""
+
+
+def arm_parent_death_deadline(kill: "Callable[[], None]") -> None:
+    """After the server died: ``kill`` (SIGKILL to what is left) once the grace period is over."""
+    def expire(signum: int, frame: object) -> None:
+        kill()
+
+    _signal.signal(_signal.SIGALRM, expire)
+    _signal.setitimer(_signal.ITIMER_REAL, PARENT_DEATH_GRACE_S)
 
 
 class _Forwarder:
@@ -42,9 +63,11 @@ class _Forwarder:
         self.group: int | None = None
         self.received: list[int] = []
         self.fallback_pid: int | None = None
+        self.parent = posix.getppid()
         self._last: dict[int, float] = {}
+        self._deadline_armed = False
 
-    def _find_group(self) -> int | None:
+    def find_group(self) -> int | None:
         if self.group is None and self.info_fd >= 0:
             data = b""
             while b"}" not in data:  # bwrap writes the object once, early; EOF if it failed
@@ -61,13 +84,27 @@ class _Forwarder:
                     self.group = int(digits)
         return self.group
 
+    def kill_all(self) -> None:
+        for target in (self.group, self.fallback_pid):
+            if target is not None:
+                try:
+                    posix.kill(target, 9)  # PID 1 of the namespace: the kernel ends every process in it
+                except OSError:
+                    pass
+
     def __call__(self, signum: int, frame: object) -> None:
         self.received.append(signum)
+        # Checked before the duplicate window: a server dying with several threads reparents us
+        # to a sibling thread first (same pid, a first SIGTERM) and then to init (a second one,
+        # microseconds later, which is the one that shows the death).
+        if not self._deadline_armed and posix.getppid() != self.parent:
+            self._deadline_armed = True
+            arm_parent_death_deadline(self.kill_all)
         now = time.monotonic()
         if now - self._last.get(signum, -1.0) < DUPLICATE_WINDOW_S:
             return
         self._last[signum] = now
-        group = self._find_group()
+        group = self.find_group()
         try:
             if group is not None:
                 posix.killpg(group, signum)
@@ -91,32 +128,65 @@ def reraise_or_code(code: int, received: list[int]) -> int:
     return code if code >= 0 else 128 - code
 
 
-def run_bwrap(bwrap: str, args_for: "Callable[[int], list[str]]", command: list[str], pass_fds: list[int],
-              after_spawn: "Callable[[int], None]") -> tuple[int, list[int]]:
-    """Run bwrap with ``args_for(info_fd)`` (handed over through a memfd, so the command's environment
-    never shows in /proc/<pid>/cmdline) and call ``after_spawn(pid)`` while bwrap sets the
-    sandbox up on another core; returns (exit code, signals forwarded)."""
+def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: list[str], pass_fds: list[int],
+              after_spawn: "Callable[[int], None]",
+              sandbox_ready: "Callable[[int], None] | None" = None) -> tuple[int, list[int]]:
+    """Run bwrap with ``args_for(info_fd, block_fd)`` (handed over through a memfd, so the command's
+    environment never shows in /proc/<pid>/cmdline) and call ``after_spawn(pid)`` while bwrap sets
+    the sandbox up on another core; returns (exit code, signals forwarded).
+
+    With ``sandbox_ready``, bwrap waits on ``--block-fd`` once the sandbox is built and before the
+    command runs, and ``sandbox_ready(pid of the sandbox's PID 1)`` finishes it from outside first
+    (the proxy listener in its network namespace); if that fails, the sandbox is killed and
+    :class:`SandboxSetupError` raised."""
     info_read, info_write = posix.pipe()
+    block_read, block_write = posix.pipe() if sandbox_ready is not None else (-1, -1)
     args_fd = posix.memfd_create("codespace-bwrap-args", 0)
+    inherited = [info_write, args_fd, *pass_fds, *([block_read] if block_read >= 0 else [])]
     try:
-        data = "\0".join(args_for(info_write)).encode("utf-8", "surrogateescape") + b"\0"
+        data = "\0".join(args_for(info_write, block_read)).encode("utf-8", "surrogateescape") + b"\0"
         view = memoryview(data)
         while view:
             view = view[posix.write(args_fd, view):]
         posix.lseek(args_fd, 0, 0)
-        for fd in (info_write, args_fd, *pass_fds):
+        for fd in inherited:
             posix.set_inheritable(fd, True)
         forward = _Forwarder(info_read)
         previous = {signum: _signal.signal(signum, forward) for signum in FORWARDED}
-        pid = posix.posix_spawn(bwrap, [bwrap, "--args", str(args_fd), "--", *command], {}, setsid=True)
+        pid = posix.posix_spawn(bwrap, [bwrap, "--args", str(args_fd), "--", *command], {}, setsid=True,
+                                setsigdef=PYTHON_IGNORED)
         forward.fallback_pid = pid
+    except BaseException:
+        if block_write >= 0:
+            posix.close(block_write)
+        raise
     finally:
-        for fd in (info_write, args_fd, *pass_fds):
+        for fd in inherited:
             posix.close(fd)
     after_spawn(pid)
+    failure = None
+    if sandbox_ready is not None:
+        # Signals wait while the info is read here, or a handler would read it concurrently.
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, FORWARDED)
+        try:
+            group = forward.find_group()
+            if group is None:
+                failure = "bubblewrap did not report the sandbox's process"
+            else:
+                sandbox_ready(group)
+                posix.write(block_write, b"x")
+        except Exception as exc:  # noqa: BLE001 - reported as the helper's own failure
+            failure = str(exc)
+        finally:
+            posix.close(block_write)
+            if failure is not None:
+                forward.kill_all()
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, FORWARDED)
     _, status = posix.waitpid(pid, 0)  # signal handlers run meanwhile (PEP 475 retries)
     for signum, handler in previous.items():
         _signal.signal(signum, handler)
     if forward.info_fd >= 0:
         posix.close(forward.info_fd)
+    if failure is not None:
+        raise SandboxSetupError(failure)
     return _exit_code(status), forward.received

@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,24 +16,15 @@ from codespace_linux_sandbox.backend import LinuxSandbox, choose_engine, interpr
 
 from codespace.contract import CommandSpec
 from codespace.sandboxing import layout_for
-from codespace.testing import MODES
+from codespace.testing import anyio_backend, mode  # noqa: F401 - fixtures
 from codespace.workspace import Workspace
 
 TESTS = Path(__file__).parent
 PROBE = TESTS / "probe.py"
 ENGINES = ("bubblewrap", "landlock")
+STARTS = ("wrap", "launch")  # a helper spawned per command / forked by the warm helper (the fast path)
 READ_ONLY = '[filesystem.paths]\n"." = "read"\n'
 WORKSPACE_WRITE = ""  # CodeSpace's default policy: the workspace is writable
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> str:
-    return request.param
 
 
 def require_engine(engine: str) -> None:
@@ -61,6 +55,83 @@ def base() -> Path:
     shutil.rmtree(path, ignore_errors=True)
 
 
+class Launch:
+    """The part of subprocess.Popen the tests use, over ``LinuxSandbox.launch_now`` (the fast
+    path): the command's pipes are made here, as the host's PipeProcess.launch makes them."""
+
+    def __init__(self, sandbox: LinuxSandbox, command: CommandSpec, layout, *, stdin=subprocess.DEVNULL,
+                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> None:
+        ends, self._child_ends = [], []
+        for stream, file_mode in ((stdin, "wb"), (stdout, "rb"), (stderr, "rb")):
+            if stream == subprocess.PIPE:
+                r, w = os.pipe()
+                ours, theirs = (w, r) if file_mode == "wb" else (r, w)
+                ends.append(open(ours, file_mode, buffering=0))  # noqa: SIM115 - closed by communicate
+                self._child_ends.append(theirs)
+            elif stream == subprocess.DEVNULL:
+                ends.append(None)
+                self._child_ends.append(os.open(os.devnull, os.O_RDWR))
+            else:
+                ends.append(None)
+                self._child_ends.append(os.dup(stream))
+        self.stdin, self.stdout, self.stderr = ends
+        try:
+            self._launched = sandbox.launch_now(command, layout, tuple(self._child_ends))
+        finally:
+            for fd in self._child_ends:
+                os.close(fd)
+        assert self._launched.forked, f"the fast path fell back: {sandbox.zygote.problem}"
+        self.pid = self._launched.pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                self._launched.release()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.005)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+    def communicate(self, input: bytes | None = None, timeout: float | None = None) -> tuple[bytes, bytes]:
+        if self.stdin is not None:
+            if input:
+                self.stdin.write(input)
+            self.stdin.close()
+        out = {self.stdout: b"", self.stderr: b""}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            for stream in (self.stdout, self.stderr):
+                if stream is not None:
+                    selector.register(stream, selectors.EVENT_READ)
+            while selector.get_map():
+                if deadline is not None and time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(str(self.pid), timeout)
+                for key, _ in selector.select(0.1):
+                    try:
+                        chunk = os.read(key.fileobj.fileno(), 65536)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        out[key.fileobj] += chunk
+                    else:
+                        selector.unregister(key.fileobj)
+                        key.fileobj.close()
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return out[self.stdout] if self.stdout else None, out[self.stderr] if self.stderr else None
+
+
 @dataclass
 class Env:
     base: Path
@@ -68,15 +139,24 @@ class Env:
     outside: Path
     workspace: Workspace
     sandbox: LinuxSandbox
+    start: str = "wrap"
 
-    def spec(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> CommandSpec:
+    def command(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> CommandSpec:
         command_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.base / "home")}
         command_env.update(env or {})
-        return self.sandbox.wrap(CommandSpec(argv=argv, cwd=cwd or str(self.ws), env=command_env),
-                                 layout_for(self.workspace))
+        return CommandSpec(argv=argv, cwd=cwd or str(self.ws), env=command_env)
 
-    def popen(self, argv: list[str], *, env: dict[str, str] | None = None, **kwargs: object) -> subprocess.Popen:
-        """Start the helper the way the host does: own session, payloads on inherited pipes."""
+    def spec(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> CommandSpec:
+        return self.sandbox.wrap(self.command(argv, env, cwd), layout_for(self.workspace))
+
+    def popen(self, argv: list[str], *, env: dict[str, str] | None = None, **kwargs: object):
+        """Start the helper the way the host does: own session, payloads on inherited pipes
+        (``wrap``), or through the fast path (``launch``)."""
+        if self.start == "launch":
+            kwargs.pop("start_new_session", None)
+            if "preexec_fn" in kwargs:
+                pytest.skip("a helper forked by the warm helper cannot run a preexec_fn (terminals use wrap)")
+            return Launch(self.sandbox, self.command(argv, env), layout_for(self.workspace), **kwargs)
         spec = self.spec(argv, env)
         child_env = dict(spec.env)
         fds = []
@@ -109,7 +189,7 @@ class Env:
         return json.loads(out)
 
 
-def make_env(base: Path, engine: str, policy: str = WORKSPACE_WRITE) -> Env:
+def make_env(base: Path, engine: str, policy: str = WORKSPACE_WRITE, start: str = "wrap") -> Env:
     ws = base / "ws"
     ws.mkdir(exist_ok=True)
     (ws / ".git").mkdir(exist_ok=True)
@@ -121,12 +201,17 @@ def make_env(base: Path, engine: str, policy: str = WORKSPACE_WRITE) -> Env:
     policy_path.write_text(policy + f'\n[sandbox]\nengine = "{engine}"\n')
     workspace = Workspace.open(ws, policy_path=policy_path, state_dir=base / "state")
     workspace.ensure_state_dir()
-    return Env(base, ws, base / "outside", workspace, LinuxSandbox(engine, workspace.state_dir))
+    return Env(base, ws, base / "outside", workspace, LinuxSandbox(engine, workspace.state_dir), start)
+
+
+@pytest.fixture(params=STARTS)
+def start(request: pytest.FixtureRequest) -> str:
+    return request.param
 
 
 @pytest.fixture
-def sandbox_env(base: Path, engine: str) -> Env:
-    return make_env(base, engine)
+def sandbox_env(base: Path, engine: str, start: str) -> Env:
+    return make_env(base, engine, start=start)
 
 
 def live_pids_in(paths: list[str]) -> list[int]:
@@ -145,3 +230,4 @@ def live_pids_in(paths: list[str]) -> list[int]:
         if state != b"Z" and any(p in cmdline for p in paths):
             found.append(int(entry))
     return found
+

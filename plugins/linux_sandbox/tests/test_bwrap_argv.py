@@ -79,3 +79,29 @@ def test_a_link_inside_a_writable_root_fails_closed(tmp_path, kind):
 def test_private_tmp_skips_writable_tmp(tmp_path):
     assert bwrap_argv.private_tmp_dirs({"writable": ["/tmp"]}, {}) == []
     assert bwrap_argv.private_tmp_dirs({"writable": []}, {"TMPDIR": str(tmp_path)}) == ["/tmp", str(tmp_path)]
+
+
+def test_runtime_under_private_tmp_is_bound_back_read_only(tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    hs = _hs(tmp_path)
+    hs["command"]["env"]["TMPDIR"] = str(tmp_path)
+    hs["options"]["runtime"] = [str(venv), "/usr"]
+    args = bwrap_argv.build(hs).args
+    binds = [(args[i + 1], args[i + 2]) for i, a in enumerate(args) if a == "--ro-bind"]
+    assert (str(venv), str(venv)) in binds
+    assert ("/usr", "/usr") not in binds  # not hidden: nothing to bind back
+    assert args.index(str(tmp_path)) < args.index(str(venv))  # after the tmpfs that hid it
+
+
+def test_runtime_stays_hidden_where_the_policy_hides_it(tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    hs = _hs(tmp_path, deny_read=["/proc", str(tmp_path)])
+    hs["command"]["env"]["TMPDIR"] = str(tmp_path)
+    hs["options"]["runtime"] = [str(venv)]
+    assert str(venv) not in _pairs(bwrap_argv.build(hs).args, "--ro-bind")
+    hs = _hs(tmp_path, readable=[str(tmp_path / "ws")])
+    hs["command"]["env"]["TMPDIR"] = str(tmp_path)
+    hs["options"]["runtime"] = [str(venv)]
+    assert str(venv) not in _pairs(bwrap_argv.build(hs).args, "--ro-bind")

@@ -76,6 +76,27 @@ async def test_terminate_a_sandboxed_session(app_for, engine, mode):
         assert stopped["running"] is False and stopped["exit_code"] == 143 and stopped["signal"] == "SIGTERM"
 
 
+async def test_pipe_sessions_take_the_fast_path(app_for, engine, mode):
+    """exec on pipes forks from the warm helper: the session's leader is a child of the server;
+    terminate's INT reaches the command; nothing of the session is left afterwards."""
+    from codespace.processes.kill import members
+
+    async with connect(app_for(), mode=mode) as client:
+        started = await call_ok(client, "exec", {
+            "command": "trap 'echo interrupted; exit 130' INT; echo ready; while :; do sleep 0.05; done",
+            "yield_ms": 500})
+        assert started["running"] and "ready" in started["output"], started
+        pid = started["pid"]
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        assert int(fields[1]) == os.getpid() and int(fields[3]) == pid
+        info = await call_ok(client, "workspace_info")
+        assert "commands fork from the warm helper" in info["sandbox"]["detail"]
+        stopped = await call_ok(client, "terminate", {"session_id": started["session_id"], "signal": "INT"})
+        assert "interrupted" in stopped["output"] and stopped["exit_code"] == 130, stopped
+        assert members(pid) == [] and not os.path.exists(f"/proc/{pid}")
+
+
 async def test_workspace_under_tmp(tmp_path, engine, mode):
     """Workspaces under /tmp still work although the sandbox gets a private /tmp."""
     ws = tmp_path / "ws"
@@ -97,7 +118,10 @@ async def test_workspace_info_states_engine_and_limits(app_for, engine, mode):
         info = await call_ok(client, "workspace_info")
         sandbox = info["sandbox"]
         assert sandbox["engine"] == engine and sandbox["available"] is True
-        assert sandbox["landlock_abi"] is not None and sandbox["cannot_enforce"]
+        assert sandbox["landlock_abi"] is not None
+        # bubblewrap enforces every rule here (its list only names a failed /proc preflight)
+        assert bool(sandbox["cannot_enforce"]) == (engine == "landlock")
+        assert "fast path" in sandbox["detail"]
         assert info["server"]["protocols"]["sandbox_handshake"] == 1
 
 
@@ -132,27 +156,8 @@ async def test_command_not_found_like_unsandboxed(app_for, mode, engine):
         assert missing["code"] == "command_not_found"
 
 
-@pytest.fixture
-def inheritable_payload_pipes(monkeypatch):
-    """The core change this plugin needs for tty sessions (README, "Core changes needed"):
-    ptyprocess keeps ``pass_fds`` open but does not clear their close-on-exec flag, so the
-    handshake pipe never reaches a helper started on a terminal. Until the core marks the
-    payload pipes inheritable in ``prepare_inherited``, this test applies that one line."""
-    from codespace.processes import registry
-
-    original = registry.prepare_inherited
-
-    def prepare(spec):
-        prepared, writers = original(spec)
-        for fd in prepared.pass_fds:
-            os.set_inheritable(fd, True)
-        return prepared, writers
-
-    monkeypatch.setattr(registry, "prepare_inherited", prepare)
-
-
 @pytest.mark.skipif(not HAS_PTY, reason="codespace-pty is not installed (tty sessions need it)")
-async def test_tty_session_in_the_sandbox(base, engine, mode, inheritable_payload_pipes):
+async def test_tty_session_in_the_sandbox(base, engine, mode):
     require_engine(engine)
     (base / "ws").mkdir()
     app = build_app(base / "ws", state_dir=base / "state", policy=f'[sandbox]\nengine = "{engine}"\n',

@@ -39,7 +39,8 @@ def test_network_on(base, engine):
     assert out.split() == ["ok", "ok", "1"]  # vsock-restricted: AF_VSOCK is refused
 
 
-def test_network_allowlist_fails_closed_until_the_proxy_exists(base, engine):
+def test_network_allowlist_fails_closed_without_a_running_proxy(base, engine):
+    """No proxy service (the server did not start one): no route, so no egress at all."""
     env = make_env(base, engine, '[network]\naccess = "allowlist"\nallowed_domains = ["example.com"]\n')
     script = ("import socket\ntry:\n    socket.create_connection(('93.184.215.14', 80), timeout=3); print('CONNECTED')\n"
               "except OSError as e:\n    print('refused', e.errno)\n"

@@ -53,8 +53,8 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("policy", ["read-only", "workspace-write"])
-def test_probe_matrix(base, engine, policy):
-    env = make_env(base, engine, READ_ONLY if policy == "read-only" else WORKSPACE_WRITE)
+def test_probe_matrix(base, engine, policy, start):
+    env = make_env(base, engine, READ_ONLY if policy == "read-only" else WORKSPACE_WRITE, start)
     result = env.probe()
     assert result == EXPECTED[(engine, policy)]
     # Whatever the sandbox allowed or refused, the host changed only where the policy allows.

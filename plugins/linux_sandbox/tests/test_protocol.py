@@ -106,11 +106,22 @@ def test_missing_field_is_named(field):
     ("policy__network", "sideways", "expected one of off, proxy, on"),
     ("engine", "chroot", "expected one of bubblewrap, landlock"),
     ("command__env", {"A": 1}, "must be an object of strings"),
+    ("options__seccomp", "proxy", "expected one of restricted, proxy_routed, proxy_tcp"),
 ])
 def test_malformed_field_is_named(field, value, words):
     code, err = run_helper(_with(**{field: value}))
     assert code == SETUP_FAILED_EXIT_CODE
     assert f"'{field.replace('__', '.')}'" in err and words in err
+
+
+@pytest.mark.parametrize(("route", "words"), [
+    ({"socket": "relative.sock", "port": 3128}, "'policy.proxy.socket' must be an absolute path"),
+    ({"socket": "/run/route.sock", "port": 0}, "'policy.proxy.port' must be a port number"),
+    ({"port": 3128}, "'policy.proxy.socket' must be an absolute path"),
+])
+def test_malformed_proxy_route_is_named(route, words):
+    code, err = run_helper(_with(policy__proxy=route))
+    assert code == SETUP_FAILED_EXIT_CODE and words in err
 
 
 @pytest.mark.parametrize(("payload", "words"), [
@@ -138,10 +149,11 @@ def test_a_required_filter_must_arrive():
 
 
 def test_helper_runs_without_pydantic_or_the_core():
-    """The per-command helper must not import pydantic, json or the core (start-up cost)."""
+    """The helper (per command, or the warm one) must not import pydantic, json or the core (start-up cost)."""
     probe = ("import sys; sys.path.insert(0, %r); import codespace_linux_sandbox.helper, "
              "codespace_linux_sandbox.bwrap_argv, codespace_linux_sandbox.supervise, "
-             "codespace_linux_sandbox.placeholders; "
+             "codespace_linux_sandbox.placeholders, codespace_linux_sandbox.proxy_route, "
+             "codespace_linux_sandbox.zygote; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in "
              "('pydantic', 'json', 're', 'codespace', 'typing', 'ctypes', 'os')))")
     root = os.path.dirname(os.path.dirname(handshake.__file__))

@@ -54,10 +54,14 @@ class _Echo(socketserver.BaseRequestHandler):
             self.request.sendall(data)
 
 
+class _Server(socketserver.ThreadingTCPServer):
+    request_queue_size = 512  # the default backlog of 5 drops connections when 200 arrive at once
+
+
 @pytest.fixture
 def upstream():
     _Upstream.seen = []
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Upstream)
+    server = _Server(("127.0.0.1", 0), _Upstream)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server.server_address[1]
@@ -67,7 +71,7 @@ def upstream():
 
 @pytest.fixture
 def echo():
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server = _Server(("127.0.0.1", 0), _Echo)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server.server_address[1]

@@ -72,3 +72,46 @@ async def test_routes_are_attributed_and_audited(tmp_path, upstream):
     assert all("secret" not in e.host and "token" not in e.host for e in events)
     assert not list((tmp_path / "proxy").glob("*.sock"))
     await store.close()
+
+
+async def test_a_route_takes_the_operation_id_the_host_passes(tmp_path):
+    """``exec`` passes its operation in ``CommandSpec.operation_id``: the route carries it, so the
+    command's decisions are attributed to it."""
+    from codespace_linux_sandbox.backend import LinuxSandbox
+
+    from codespace.contract import CommandSpec, SandboxLayout
+
+    store = await SQLiteStore(tmp_path / "ops.sqlite3").open()
+    service = ProxyService(DomainRules(["example.com"], []), store, tmp_path)
+    sandbox = LinuxSandbox("auto", tmp_path, proxy=service)
+    layout = SandboxLayout(readable=["/"], writable=[], deny_read=[], protected=[], protected_names=[],
+                           network="proxy")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_started()
+        route = sandbox.open_route(CommandSpec(argv=["true"], cwd="/", env={}, operation_id="op-from-host"), layout)
+        anonymous = sandbox.open_route(CommandSpec(argv=["true"], cwd="/", env={}), layout)
+        assert (route.operation_id, anonymous.operation_id) == ("op-from-host", None)
+        service.release(route.path)
+        service.release(anonymous.path)
+        tg.cancel_scope.cancel()
+    await store.close()
+
+
+async def test_a_route_nobody_registers_is_released(tmp_path, monkeypatch):
+    from codespace_linux_sandbox.proxy import service as service_module
+
+    monkeypatch.setattr(service_module, "REGISTRATION_TIMEOUT_S", 0.2)
+    store = await SQLiteStore(tmp_path / "ops.sqlite3").open()
+    service = ProxyService(DomainRules(["example.com"], []), store, tmp_path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_started()
+        route = service.open_route(None, tcp=True)
+        assert os.path.exists(route.path) and route.port
+        with anyio.fail_after(5):
+            while service._routes:
+                await anyio.sleep(0.05)
+        assert not os.path.exists(route.path)
+        tg.cancel_scope.cancel()
+    await store.close()

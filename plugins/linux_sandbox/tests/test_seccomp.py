@@ -26,6 +26,20 @@ def test_proxy_routed_and_vsock_modes():
     assert "ptrace" not in _names("vsock_restricted")
 
 
+def test_proxy_tcp_mode_leaves_only_tcp():
+    """Landlock with network 'allowlist' (no network namespace): Landlock's rules cover TCP only,
+    so every other socket is refused here, and so are TCP Fast Open sends."""
+    rules = seccomp.rules("proxy_tcp")
+    socket_rules = [c for name, c in rules if name == "socket"]
+    assert [(0, "LT", 2, 0)] in socket_rules and [(0, "GT", 10, 0)] in socket_rules  # AF_INET/AF_INET6 only
+    types = {c[0][2] for c in socket_rules if c[0][:2] == (1, "MASKED_EQ")}
+    assert types == set(range(16)) - {1}  # every socket type but SOCK_STREAM
+    assert [(2, "GT", 6, 0)] in socket_rules and [(2, "EQ", 132, 0)] not in socket_rules  # SCTP: above TCP's 6
+    fast_open = {name for name, c in rules if c and c[0][1:] == ("MASKED_EQ", seccomp.MSG_FASTOPEN, seccomp.MSG_FASTOPEN)}
+    assert fast_open == {"sendto", "sendmsg", "sendmmsg"}
+    assert "connect" not in _names("proxy_tcp") and {"ptrace", "io_uring_setup"} <= _names("proxy_tcp")
+
+
 def test_mode_choice():
     assert seccomp.mode_for("off") == "restricted"
     assert seccomp.mode_for("proxy") == "proxy_routed"

@@ -5,7 +5,8 @@ Patterns: ``example.com`` (exactly that host), ``*.example.com`` (subdomains onl
 policy model unless ``allow_wildcard``). Deny always wins; with no allow entries
 every request is blocked. Local and private destinations are blocked unless
 ``allow_local_binding`` — by address, so a permitted name that *resolves* to such
-an address stays blocked.
+an address stays blocked. Limited mode allows GET, HEAD and OPTIONS only, so it
+refuses tunnels (CONNECT, SOCKS5), whose requests the proxy cannot see.
 """
 
 from __future__ import annotations

@@ -23,14 +23,17 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import anyio
-from anyio.abc import ByteStream, SocketAttribute
+from anyio.abc import ByteStream
 
+from . import sockets
 from .rules import DomainRules, Verdict, blocked, normalize_host
+from .sockets import RawStream
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 * 1024
 CHUNK = 65536
+LISTEN_BACKLOG = 512
 CONNECT_TIMEOUT_S = 10.0
 HOP_BY_HOP = {"proxy-connection", "proxy-authorization", "keep-alive", "te", "trailer", "upgrade"}
 
@@ -118,25 +121,25 @@ class EgressProxy:
     # -- listeners ----------------------------------------------------------------
 
     async def serve_tcp(self, host: str = "127.0.0.1", port: int = 0, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
-        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
-        async with listener:
-            task_status.started(listener.extra(SocketAttribute.local_port))
-            await listener.serve(lambda stream: self.handle(stream, None))
+        listener = socket.create_server((host, port), backlog=LISTEN_BACKLOG)
+        task_status.started(listener.getsockname()[1])
+        await self.serve_listener(listener, None)
 
-    async def serve_unix(self, path: str, operation_id: str | None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
-        listener = await anyio.create_unix_listener(path, mode=0o600)
-        async with listener:
-            task_status.started(path)
-            await listener.serve(lambda stream: self.handle(stream, operation_id))
+    async def serve_listener(self, listener: socket.socket, operation_id: str | None) -> None:
+        """Serve connections from a listening socket (closed when this ends), attributed to
+        ``operation_id`` (an opaque key the audit sink receives)."""
+        await sockets.serve(listener, lambda conn: self.handle(RawStream(conn), operation_id))
 
     # -- connections ----------------------------------------------------------------
 
-    async def handle(self, client: ByteStream, operation_id: str | None) -> None:
+    async def handle(self, client: ByteStream, operation_id: str | None, *, initial: bytes = b"") -> None:
+        """Serve one client connection; ``initial``: bytes already read from it."""
         self.active += 1
         try:
             async with client:
                 reader = _Reader(client)
-                if not await reader.fill():
+                reader.buffer += initial
+                if not reader.buffer and not await reader.fill():
                     return
                 if reader.buffer[0] == 0x05:
                     await self._socks5(reader, operation_id)
@@ -146,6 +149,8 @@ class EgressProxy:
             log.debug("proxy: %s", exc)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream):
             pass
+        except Exception:  # noqa: BLE001 - one connection must never take its listener down
+            log.exception("proxy: connection failed")
         finally:
             self.active -= 1
 
@@ -163,8 +168,10 @@ class EgressProxy:
             self._record(verdict, protocol, raw_host[:255], port, method, operation_id)
             return verdict, raw_host, []
         verdict = self.rules.check_host(host)
-        if verdict.allowed and method is not None:
-            verdict = self.rules.check_method(method)
+        if verdict.allowed:
+            # A tunnel (CONNECT, SOCKS5) is opaque: limited mode refuses it, as upstream does
+            # without its TLS interception.
+            verdict = self.rules.check_method(method or "CONNECT")
         addresses: list[str] = []
         if verdict.allowed:
             try:
@@ -175,11 +182,11 @@ class EgressProxy:
         self._record(verdict, protocol, host, port, method, operation_id)
         return verdict, host, addresses
 
-    async def _connect(self, addresses: list[str], port: int) -> ByteStream | None:
+    async def _connect(self, addresses: list[str], port: int) -> RawStream | None:
         for address in addresses:
             try:
                 with anyio.fail_after(CONNECT_TIMEOUT_S):
-                    return await anyio.connect_tcp(address, port)
+                    return await sockets.connect(address, port)
             except (OSError, TimeoutError):
                 continue
         return None
@@ -427,6 +434,11 @@ async def _splice(reader: _Reader, upstream: ByteStream) -> None:
     leftover = reader.take_buffered()
     if leftover:
         await upstream.send(leftover)
+    if isinstance(reader.stream, RawStream) and isinstance(upstream, RawStream):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sockets.pump, reader.stream, upstream)
+            tg.start_soon(sockets.pump, upstream, reader.stream)
+        return
     done = 0
 
     async def one_way(source: ByteStream, sink: ByteStream) -> None:
