@@ -16,7 +16,9 @@ Contenders:
   running server: ``plan()`` (what the gateway checks) plus ``apply()``, through
   the FileSystem backend, journal included for atomic mode;
 - ``mcp call`` — the same through a real in-process MCP session (gateway, policy
-  check, operation record, JSON both ways, diffs in the result).
+  check, operation record, JSON both ways, diffs in the result);
+- ``raw rewrites (floor)`` — plain Python reading every target and rewriting it in
+  place with the expected result: the cost of the I/O alone.
 """
 
 from __future__ import annotations
@@ -129,6 +131,22 @@ async def in_server(root: Path, state: Path, patch: str, mode: str, backend: str
     return time.perf_counter() - start
 
 
+def raw_rewrites(root: Path, want: dict[str, bytes]) -> float:
+    """The floor: plain Python reading each target and rewriting it in place with the
+    binary's result (no parsing, matching, journal or diffs): what the writes alone cost."""
+    start = time.perf_counter()
+    for rel, data in want.items():
+        path = root / rel
+        with open(path, "rb") as f:
+            f.read()
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    return time.perf_counter() - start
+
+
 async def mcp_call(client, patch: str) -> float:  # noqa: ANN001
     start = time.perf_counter()
     result = await client.call_tool("apply_patch", {"patch": patch})
@@ -166,7 +184,8 @@ def main() -> int:
     async def run_case(name: str, files: dict[str, str], patch: str) -> None:
         root = base / "ws"
         times: dict[str, list[float]] = {k: [] for k in
-                                         ("codex", "helper", "in-server atomic", "in-server upstream", "mcp call")}
+                                         ("codex", "helper", "in-server atomic", "in-server upstream", "mcp call",
+                                          "raw rewrites (floor)")}
         reset(root, files)
         timed_process([str(codex), "--codex-run-as-apply-patch", patch], root, codex_env)
         want = {rel: (root / rel).read_bytes() for rel in files}
@@ -188,6 +207,8 @@ def main() -> int:
                 reset(mcp_root, files)
                 times["mcp call"].append(await mcp_call(client, patch))
                 expect(mcp_root, want)
+                reset(root, files)
+                times["raw rewrites (floor)"].append(raw_rewrites(root, want))
         medians = {k: statistics.median(v) * 1000 for k, v in times.items()}
         size = sum(len(t.encode()) for t in files.values()) // 1024
         print(f"\n{name}  ({len(files)} file(s), {size} KB; patch {patch.count(chr(10)) + 1} lines / "

@@ -70,7 +70,7 @@ async def call_error(client: Client, name: str, arguments: Mapping[str, Any] | N
 
 
 # Fixtures for test suites (import them into a conftest.py:
-# ``from codespace.testing import anyio_backend, mode``).
+# ``from codespace.testing import anyio_backend, mode, state, ws``).
 try:
     import pytest
 except ImportError:  # pragma: no cover - the helpers above work without pytest
@@ -87,3 +87,15 @@ if pytest is not None:
     def mode(request: pytest.FixtureRequest) -> str:
         """Each in-process MCP test once per client mode ("auto", "legacy")."""
         return request.param
+
+    @pytest.fixture
+    def ws(tmp_path: Path) -> Path:
+        """An empty workspace directory (real path: no symlinked temp dirs in assertions)."""
+        path = tmp_path / "ws"
+        path.mkdir()
+        return Path(os.path.realpath(path))
+
+    @pytest.fixture
+    def state(tmp_path: Path) -> Path:
+        """The state directory, beside the workspace (not yet created)."""
+        return tmp_path / "state"

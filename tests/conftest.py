@@ -6,23 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from codespace.testing import anyio_backend, build_app, mode  # noqa: F401 - fixtures
+from codespace.testing import anyio_backend, build_app, mode, state, ws  # noqa: F401 - fixtures
 
 TESTS = Path(__file__).parent
 EXAMPLE_PLUGINS = TESTS / "plugins"
 REPO = TESTS.parent
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    return tmp_path / "state"
 
 
 @pytest.fixture

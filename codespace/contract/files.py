@@ -125,9 +125,10 @@ class WalkRequest(Strict):
     sizes: bool = Field(default=False, description="Report each regular file's size (one stat per file: slower on big trees).")
 
 
+# A plain mapping rather than a model: a walk returns up to 50,000 of them, and a backend
+# builds them itself, so they need no per-entry validation.
 class WalkEntry(TypedDict):
-    """A plain mapping rather than a model: a walk returns up to 50,000 of them, and a
-    backend builds them itself, so they need no per-entry validation."""
+    """One entry found by a walk."""
 
     path: Annotated[str, Field(description="Relative to the walked directory, '/'-separated.")]
     kind: FileKind

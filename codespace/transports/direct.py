@@ -48,6 +48,7 @@ class DirectToolCalls:
                  transport: str = "stdio") -> None:
         self.app = app
         self._server_info = server_info
+        self._server_info_stamp: dict[str, Any] | None = None  # fixed for the server's life; the SDK deep-copies it per read
         self._app_ready = app_ready
         self._transport = transport
         self._legacy_version: str | None = None
@@ -159,5 +160,7 @@ class DirectToolCalls:
             result["structuredContent"] = outcome.structured
         if modern:
             result["resultType"] = "complete"
-            result["_meta"] = {SERVER_INFO_META_KEY: self._server_info()}
+            if self._server_info_stamp is None:
+                self._server_info_stamp = self._server_info()
+            result["_meta"] = {SERVER_INFO_META_KEY: self._server_info_stamp}
         await send(_encode({"jsonrpc": "2.0", "id": request_id, "result": result}))

@@ -8,7 +8,7 @@ import pytest
 from codespace_fs.backend import FsBackend
 from codespace_fs.resolve import MODE_ENV
 
-from codespace.testing import anyio_backend, build_app, mode  # noqa: F401 - fixtures
+from codespace.testing import anyio_backend, build_app, mode, state, ws  # noqa: F401 - fixtures
 from codespace.workspace import Workspace
 
 RESOLVERS = ("openat2", "openat")
@@ -19,18 +19,6 @@ def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
     """The kernel's openat2 and the component-by-component fallback must behave alike."""
     monkeypatch.setenv(MODE_ENV, request.param)
     return request.param
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    return tmp_path / "state"
 
 
 @pytest.fixture

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from codespace.testing import anyio_backend, build_app, mode  # noqa: F401 - fixtures
+from codespace.testing import anyio_backend, build_app, mode, state, ws  # noqa: F401 - fixtures
 
 TESTS = Path(__file__).resolve().parent
 PLUGIN_DIR = TESTS.parent
@@ -35,18 +34,6 @@ def fs_plugin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 def test_plugins(monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.syspath_prepend(str(TEST_PLUGINS))
     return TEST_PLUGINS
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return Path(os.path.realpath(path))
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    return tmp_path / "state"
 
 
 @pytest.fixture
