@@ -223,7 +223,7 @@ def _items_described_not_checked(schema: dict[str, Any]) -> dict[str, Any]:
     changed = {}
     for name, prop in properties.items():
         items = prop.get("items") if isinstance(prop, dict) else None
-        if prop.get("type") == "array" and isinstance(items, dict) and "properties" in items:
+        if isinstance(items, dict) and prop.get("type") == "array" and "properties" in items:
             item_name = f"{name}_item"
             defs[item_name] = items
             note = f"Each item: an object as described by $defs/{item_name}."

@@ -148,6 +148,9 @@ class NetworkPolicy(_Strict):
     allow_local_binding: bool = False
     allow_wildcard: bool = False
     """A bare ``*`` in allowed_domains is refused unless this is true."""
+    enable_socks5_udp: bool = False
+    """Relay UDP through the proxy's SOCKS5 (UDP ASSOCIATE), each datagram's destination judged
+    like a connection's. Off: UDP ASSOCIATE is refused (reply 7)."""
 
     @model_validator(mode="after")
     def _wildcard(self) -> NetworkPolicy:

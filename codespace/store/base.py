@@ -48,7 +48,7 @@ class NetworkEvent(Strict):
     operation_id: str | None = Field(default=None, description="The command whose connection it was.")
     decision: Literal["allow", "deny"]
     reason: str
-    protocol: str = Field(description="http, connect or socks5.")
+    protocol: str = Field(description="http, connect, socks5 or socks5-udp.")
     host: str
     port: int
     method: str | None = None

@@ -62,6 +62,37 @@ def _render_read(result: ReadFileResult) -> str:
     return text
 
 
+# Listings as text read like `ls -l` / `find` output: what a model reads when a client passes it
+# the text block, several times shorter than the same entries as JSON (structured content keeps
+# every field).
+def _render_list(result: ListDirResult) -> str:
+    lines = [f"{result.path}: {len(result.entries)} entries" + (" (truncated)" if result.truncated else "")]
+    for entry in result.entries:
+        name, kind = entry.name, entry.kind
+        if kind == "directory":
+            lines.append(f"dir      {name}/")
+        elif kind == "symlink":
+            lines.append(f"link     {name} -> {entry.target or '?'}")
+        elif kind == "file":
+            lines.append(f"file {entry.size or 0:>12}  {name}")
+        else:
+            lines.append(f"{kind:<8} {name}")
+    lines += [f"error    {e.path}: {e.message}" for e in result.errors]
+    return "\n".join(lines)
+
+
+def _render_walk(result: WalkResult) -> str:
+    lines = [f"{result.path}: {len(result.entries)} entries, {result.dirs_visited} directories read"
+             + (f" (truncated: {result.truncated_reason or 'a limit was reached'})" if result.truncated else "")]
+    for entry in result.entries:
+        path, kind = entry["path"], entry["kind"]
+        suffix = "/" if kind == "directory" else (" @" if kind == "symlink" else "")
+        size = entry.get("size")
+        lines.append(f"{path}{suffix}" + (f"  {size}" if size is not None else ""))
+    lines += [f"error: {e.path}: {e.message}" for e in result.errors]
+    return "\n".join(lines)
+
+
 async def read_file(call: ToolCall, args: ReadFileRequest) -> ReadFileResult:
     if args.max_bytes is None:
         args = args.model_copy(update={"max_bytes": call.workspace.limits.max_read_bytes})
@@ -120,6 +151,7 @@ def codespace_register_tools(register: ToolRegistrar) -> None:
         description="List one directory, sorted by name, with each entry's kind, size and modification time; "
         "links are shown with their text and never followed.",
         arguments=ListDirRequest, result=ListDirResult, handler=list_dir, read_only=True, paths={"path": "read"},
+        render=_render_list,
     ))
     register(ToolDefinition(
         name="walk",
@@ -127,6 +159,7 @@ def codespace_register_tools(register: ToolRegistrar) -> None:
         "response size (truncated=true says a limit stopped it); filter with gitignore-style include/exclude "
         "globs and optionally honour .gitignore. Unreadable entries are listed in errors, not fatal.",
         arguments=WalkRequest, result=WalkResult, handler=walk, read_only=True, paths={"path": "read"},
+        render=_render_walk,
     ))
     register(ToolDefinition(
         name="stat",

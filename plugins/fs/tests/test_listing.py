@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -54,8 +53,13 @@ async def test_non_utf8_names_are_escaped_and_reported(app_factory, ws, mode):
         result = await client.call_tool("list_dir", {"path": "."})
         assert not result.is_error
         listing = result.structured_content
-        json.loads(result.content[0].text)  # the text form is valid JSON too
+        text = result.content[0].text  # the text form: one line per entry, escaped names included
+        assert text.splitlines()[1:3] == ["dir      dir-\\xff/", "file            0  ok.txt"], text
         walked = await call_ok(client, "walk", {})
+        walk_text = (await client.call_tool("walk", {})).content[0].text
+    walk_lines = walk_text.splitlines()
+    assert walk_lines[1:4] == ["dir-\\xff/", "ok.txt", "dir-\\xff/caf\\xe9.txt"], walk_text
+    assert sorted(line.split(": ")[1] for line in walk_lines[4:]) == ["dir-\\xff", "dir-\\xff/caf\\xe9.txt"], walk_text
     assert [e["name"] for e in listing["entries"]] == ["dir-\\xff", "ok.txt"]
     assert listing["errors"][0]["path"] == "dir-\\xff" and "not valid UTF-8" in listing["errors"][0]["message"]
     assert [e["path"] for e in walked["entries"]] == ["dir-\\xff", "ok.txt", "dir-\\xff/caf\\xe9.txt"]

@@ -56,7 +56,9 @@ def codespace_services(workspace, backends, store):
         from .proxy import ProxyService
         from .proxy.service import rules_from_policy
 
-        sandbox.proxy = ProxyService(rules_from_policy(workspace.policy.network), store, workspace.state_dir)
+        network = workspace.policy.network
+        sandbox.proxy = ProxyService(rules_from_policy(network), store, workspace.state_dir,
+                                     udp=network.enable_socks5_udp)
         services.append(sandbox.proxy.run)
     return services
 

@@ -13,6 +13,8 @@ releases the route.
   may join), listens on ``127.0.0.1:<port>`` there, and hands the listening socket to the
   proxy over the route with ``SCM_RIGHTS``. The proxy accepts the command's connections
   directly from it: no bridge process, no extra hop, nothing of the host mounted inside.
+  A UDP socket bound to the same port goes along: the SOCKS5 UDP relay's address inside
+  (used only with ``network.enable_socks5_udp``).
 - Landlock: no namespace; the proxy listens on a loopback port of its own for this
   command, and the helper only announces itself.
 
@@ -71,9 +73,13 @@ def listen_inside(sandbox_pid: int, port: int, registration: int) -> None:
             listener.setsockopt(_socket.IPPROTO_IP, IP_FREEBIND, 1)
             listener.bind(("127.0.0.1", port))
             listener.listen(LISTEN_BACKLOG)
+            # The SOCKS5 UDP relay's address inside (the proxy closes it unless UDP is enabled).
+            relay = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+            relay.setsockopt(_socket.IPPROTO_IP, IP_FREEBIND, 1)
+            relay.bind(("127.0.0.1", port))
             route = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, registration)
-            route.sendmsg([HEADER], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
-                                      listener.fileno().to_bytes(4, sys.byteorder))])
+            fds = listener.fileno().to_bytes(4, sys.byteorder) + relay.fileno().to_bytes(4, sys.byteorder)
+            route.sendmsg([HEADER], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
             posix._exit(0)
         except BaseException as exc:  # noqa: BLE001 - reported through the pipe
             try:

@@ -91,11 +91,11 @@ class Resolver:
         return self.table[host]
 
 
-def _proxy(allowed, denied=(), *, local=True, limited=False, table=None):
+def _proxy(allowed, denied=(), *, local=True, limited=False, table=None, udp=False):
     events = []
     resolver = Resolver(table or {"allowed.test": ["127.0.0.1"], "other.test": ["127.0.0.1"]})
     proxy = EgressProxy(DomainRules(list(allowed), list(denied), limited=limited, allow_local_binding=local),
-                        events.append, resolver)
+                        events.append, resolver, udp=udp)
     return proxy, events, resolver
 
 
@@ -295,3 +295,105 @@ async def test_200_concurrent_tunnels_leave_nothing_behind(echo):
                 await anyio.sleep(0.05)
         outer.cancel_scope.cancel()
     assert len(events) == 200 and {e.decision for e in events} == {"allow"}
+
+
+@pytest.fixture
+def udp_echo():
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                data, peer = sock.recvfrom(65535)
+            except OSError:
+                continue
+            sock.sendto(b"echo:" + data, peer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield sock.getsockname()[1]
+    stop.set()
+    thread.join()
+    sock.close()
+
+
+def _udp_header(host: str, port: int) -> bytes:
+    if host.replace(".", "").isdigit():
+        return b"\0\0\0\x01" + socket.inet_aton(host) + struct.pack("!H", port)
+    return b"\0\0\0\x03" + bytes([len(host)]) + host.encode() + struct.pack("!H", port)
+
+
+async def _associate(port: int):
+    stream = await anyio.connect_tcp("127.0.0.1", port)
+    await stream.send(b"\x05\x01\x00\x05\x03\x00\x01" + bytes(4) + bytes(2))
+    reply = b""
+    while len(reply) < 12:
+        reply += await stream.receive()
+    return stream, reply
+
+
+async def test_socks5_udp_relays_allowed_datagrams_and_drops_the_rest(udp_echo):
+    proxy, events, _ = _proxy(["allowed.test"], ["denied.test"], udp=True,
+                              table={"allowed.test": ["127.0.0.1"], "denied.test": ["127.0.0.1"]})
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        stream, reply = await _associate(port)
+        assert reply[:2] == b"\x05\x00" and reply[2:4] == b"\x05\x00" and reply[4:6] == b"\x00\x01"
+        relay = (socket.inet_ntoa(reply[6:10]), struct.unpack("!H", reply[10:12])[0])
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        client.settimeout(5)
+        try:
+            for n in range(3):  # one verdict per destination, whatever the number of datagrams
+                client.sendto(_udp_header("allowed.test", udp_echo) + f"ping{n}".encode(), relay)
+                answer, _ = await anyio.to_thread.run_sync(client.recvfrom, 65535)  # the proxy shares this loop
+                assert answer == _udp_header("127.0.0.1", udp_echo) + f"echo:ping{n}".encode()
+            client.sendto(_udp_header("denied.test", udp_echo) + b"secret", relay)
+            client.sendto(_udp_header("unlisted.test", udp_echo) + b"secret", relay)
+            client.sendto(b"\0\0\x01\x01" + socket.inet_aton("127.0.0.1") + struct.pack("!H", udp_echo) + b"frag", relay)
+            client.settimeout(1)
+            with pytest.raises(TimeoutError):
+                await anyio.to_thread.run_sync(client.recvfrom, 65535)
+        finally:
+            client.close()
+        await stream.aclose()  # the association ends with its TCP connection
+        await anyio.sleep(0.2)
+        tg.cancel_scope.cancel()
+    assert [(e.protocol, e.host, e.decision, e.reason) for e in events] == [
+        ("socks5-udp", "allowed.test", "allow", "allowed"),
+        ("socks5-udp", "denied.test", "deny", "denylist"),
+        ("socks5-udp", "unlisted.test", "deny", "allowlist"),
+    ]
+    assert proxy.active == 0
+
+
+async def test_socks5_udp_is_refused_unless_enabled():
+    proxy, events, _ = _proxy(["allowed.test"])
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        stream, reply = await _associate(port)
+        await stream.aclose()
+        tg.cancel_scope.cancel()
+    assert reply[2:4] == b"\x05\x07"
+    assert [(e.decision, e.reason) for e in events] == [("deny", "socks-udp-disabled")]
+
+
+async def test_socks5_udp_in_limited_mode_is_refused(udp_echo):
+    proxy, events, _ = _proxy(["allowed.test"], udp=True, limited=True)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        stream, reply = await _associate(port)
+        relay = (socket.inet_ntoa(reply[6:10]), struct.unpack("!H", reply[10:12])[0])
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        client.settimeout(1)
+        try:
+            client.sendto(_udp_header("allowed.test", udp_echo) + b"x", relay)
+            with pytest.raises(TimeoutError):
+                await anyio.to_thread.run_sync(client.recvfrom, 65535)
+        finally:
+            client.close()
+        await stream.aclose()
+        tg.cancel_scope.cancel()
+    assert [(e.decision, e.reason) for e in events] == [("deny", "method")]

@@ -28,6 +28,7 @@ from anyio.abc import ByteStream
 from . import sockets
 from .rules import DomainRules, Verdict, blocked, normalize_host
 from .sockets import RawStream
+from .udp import UdpRelay
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +113,58 @@ class _Reader:
 
 
 class EgressProxy:
-    def __init__(self, rules: DomainRules, audit: AuditSink, resolver: Resolver = system_resolver) -> None:
+    def __init__(self, rules: DomainRules, audit: AuditSink, resolver: Resolver = system_resolver, *,
+                 udp: bool = False) -> None:
         self.rules = rules
         self.audit = audit
         self.resolver = resolver
+        self.udp = udp  # SOCKS5 UDP ASSOCIATE (network.enable_socks5_udp)
         self.active = 0
+        self._route_relays: dict[str, UdpRelay] = {}  # a sandbox route's relay, by its key
+
+    # -- UDP --------------------------------------------------------------------------
+
+    async def serve_route_udp(self, sock: socket.socket, operation_id: str) -> None:
+        """Relay for the route ``operation_id``: ``sock`` is the UDP socket its helper bound
+        inside the sandbox, next to the TCP listener (closed when this ends)."""
+        relay = UdpRelay(sock, self._udp_judge(operation_id), always_open=False)
+        self._route_relays[operation_id] = relay
+        try:
+            await relay.run()
+        finally:
+            self._route_relays.pop(operation_id, None)
+
+    def _udp_judge(self, operation_id: str | None):  # noqa: ANN202
+        async def judge(host: str, port: int) -> tuple[bool, list[str]]:
+            verdict, _, addresses = await self._judge(host, port, None, "socks5-udp", operation_id)
+            return verdict.allowed, addresses
+        return judge
+
+    async def _udp_associate(self, reader: _Reader, operation_id: str | None) -> None:
+        """Hold a UDP association for as long as its TCP connection stays open."""
+        shared = self._route_relays.get(operation_id) if operation_id is not None else None
+        relay = shared
+        if relay is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.bind(("127.0.0.1", 0))
+            relay = UdpRelay(sock, self._udp_judge(operation_id), always_open=True)
+        else:
+            relay.associations += 1
+        try:
+            host, port = relay.address
+            await reader.stream.send(bytes([0x05, SOCKS_OK, 0x00, 0x01]) + ipaddress.IPv4Address(host).packed
+                                     + struct.pack("!H", port))
+            async with anyio.create_task_group() as tg:
+                if shared is None:
+                    tg.start_soon(relay.run)
+                while await reader.fill():  # RFC 1928: the association ends with its TCP connection
+                    reader.buffer.clear()
+                tg.cancel_scope.cancel()
+        finally:
+            if shared is not None:
+                relay.associations -= 1
+            else:
+                relay.close()
 
     # -- listeners ----------------------------------------------------------------
 
@@ -293,8 +341,12 @@ class EgressProxy:
             await _socks_reply(reader.stream, SOCKS_BAD_ADDRESS)
             return
         (port,) = struct.unpack("!H", await reader.exactly(2))
-        if command != 0x01:  # BIND and UDP ASSOCIATE are not offered
-            self._record(Verdict(False, "socks-command"), "socks5", host, port, None, operation_id)
+        if command == 0x03 and self.udp:
+            await self._udp_associate(reader, operation_id)
+            return
+        if command != 0x01:  # BIND is not offered; UDP ASSOCIATE only with network.enable_socks5_udp
+            reason = "socks-udp-disabled" if command == 0x03 else "socks-command"
+            self._record(Verdict(False, reason), "socks5", host, port, None, operation_id)
             await _socks_reply(reader.stream, SOCKS_BAD_COMMAND)
             return
         verdict, _, addresses = await self._judge(host, port, None, "socks5", operation_id)
@@ -330,6 +382,7 @@ def _why(verdict: Verdict) -> str:
         "private-address": "the destination is a local or private address (network.allow_local_binding is off)",
         "invalid-host": "the destination host is not a valid name",
         "unresolvable": "the destination name does not resolve",
+        "socks-udp-disabled": "SOCKS5 UDP needs network.enable_socks5_udp = true",
     }.get(verdict.reason, verdict.reason)
 
 

@@ -73,8 +73,9 @@ class Route:
 
 
 class ProxyService:
-    def __init__(self, rules: DomainRules, store: Any, state_dir: Path, *, resolver: Any = None) -> None:
-        self.proxy = EgressProxy(rules, self._audit, **({"resolver": resolver} if resolver else {}))
+    def __init__(self, rules: DomainRules, store: Any, state_dir: Path, *, resolver: Any = None,
+                 udp: bool = False) -> None:
+        self.proxy = EgressProxy(rules, self._audit, **({"resolver": resolver} if resolver else {}), udp=udp)
         self.store = store
         self.socket_dir = state_dir / SOCKET_DIR
         self.tcp_port: int | None = None
@@ -201,11 +202,13 @@ class ProxyService:
                 return  # one helper per route
             route.registered.set()
             for fd in fds:
-                listener = socket.socket(fileno=fd)
-                if listener.family != socket.AF_INET or listener.type != socket.SOCK_STREAM:
-                    listener.close()
-                    continue
-                tg.start_soon(self.proxy.serve_listener, listener, route.path)
+                sock = socket.socket(fileno=fd)
+                if sock.family == socket.AF_INET and sock.type == socket.SOCK_STREAM:
+                    tg.start_soon(self.proxy.serve_listener, sock, route.path)
+                elif sock.family == socket.AF_INET and sock.type == socket.SOCK_DGRAM and self.proxy.udp:
+                    tg.start_soon(self.proxy.serve_route_udp, sock, route.path)
+                else:
+                    sock.close()
             while True:  # nothing more is expected: wait for the helper's end
                 try:
                     if not conn.recv(4096):
@@ -263,11 +266,14 @@ class ProxyService:
             await self._flush()
 
 
+MAX_ROUTE_FDS = 4  # a registration sends two (the TCP listener and the UDP relay socket)
+
+
 async def _receive_with_fds(conn: socket.socket) -> tuple[bytes, list[int]]:
     """The next bytes from a Unix stream socket, with the descriptors that came with them."""
     while True:
         try:
-            data, ancillary, _flags, _ = conn.recvmsg(65536, socket.CMSG_SPACE(4))
+            data, ancillary, _flags, _ = conn.recvmsg(65536, socket.CMSG_SPACE(4 * MAX_ROUTE_FDS))
         except BlockingIOError:
             await anyio.wait_readable(conn)
             continue
