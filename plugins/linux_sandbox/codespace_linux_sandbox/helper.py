@@ -55,8 +55,8 @@ def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool) -> int:
 
         try:
             registration = proxy_route.register(route["socket"], announce=False)
-        except OSError as exc:
-            return _fail(f"cannot reach the egress proxy ({route['socket']}): {exc.strerror or exc}")
+        except RuntimeError as exc:
+            return _fail(str(exc))
 
     def args_for(info_fd: int, block_fd: int) -> list[str]:
         return bwrap_argv.finish(plan, seccomp_fd=seccomp_fd, info_fd=info_fd, block_fd=block_fd)

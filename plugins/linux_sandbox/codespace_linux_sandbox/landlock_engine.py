@@ -179,8 +179,8 @@ def run(hs: dict, seccomp_fd: int | None, fail: Callable[..., int]) -> int:
 
         try:
             registration = proxy_route.register(route["socket"], announce=True)
-        except OSError as exc:
-            return fail(f"cannot reach the egress proxy ({route['socket']}): {exc.strerror or exc}")
+        except RuntimeError as exc:
+            return fail(str(exc))
     try:
         return _run(hs, abi, program, route, fail)
     finally:

@@ -36,15 +36,16 @@ EINVAL = 22
 
 def register(path: str, *, announce: bool) -> int:
     """Connect to the route; with ``announce`` send the header now (else the listener's sender
-    does). Returns the connection's descriptor, to keep open while the command runs."""
+    does). Returns the connection's descriptor, to keep open while the command runs; raises
+    RuntimeError saying why the proxy cannot be reached."""
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
         if announce:
             sock.sendall(HEADER)
-    except BaseException:
+    except OSError as exc:
         sock.close()
-        raise
+        raise RuntimeError(f"cannot reach the egress proxy ({path}): {exc.strerror or exc}") from None
     return sock.detach()
 
 
