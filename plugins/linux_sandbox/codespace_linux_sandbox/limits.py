@@ -7,7 +7,8 @@ BUBBLEWRAP: list[str] = []
 LANDLOCK_PROXY = [
     ("network 'allowlist': Landlock's TCP rules name ports, not addresses, so a command may open a TCP "
      "connection to any host on its own proxy port number (the number is in its proxy variables); every other "
-     "port, UDP and every other kind of socket are refused"),
+     "port, UDP and every other kind of socket are refused (so SOCKS5 UDP through the proxy, "
+     "network.enable_socks5_udp, is not available under Landlock)"),
     ("network 'allowlist': a command cannot listen on TCP ports (no private network namespace would keep them "
      "to itself)"),
 ]
