@@ -29,7 +29,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from ptyprocess import PtyProcess
 
-from harness import DESKTOP_COMMANDER, pct, real_python
+from harness import DESKTOP_COMMANDER, call_latencies, pct, real_python
 
 PRODUCER = "head -c 104857600 /dev/zero | tr '\\0' a"
 TOTAL = 104857600
@@ -49,16 +49,7 @@ def dc_params(ws: str, home: str) -> StdioServerParameters:
 
 async def exec_roundtrips(params: StdioServerParameters, tool: str, args: dict, n: int, warmup: int) -> list[float]:
     async with Client(params) as client:
-        for _ in range(warmup):
-            result = await client.call_tool(tool, args)
-            if result.is_error:
-                raise SystemExit(f"{tool} failed: {result.content[0].text[:300]}")
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await client.call_tool(tool, args)
-            out.append((time.perf_counter() - t0) * 1000)
-        return out
+        return await call_latencies(client, tool, args, n, warmup)
 
 
 def subprocess_roundtrips(n: int) -> list[float]:

@@ -18,10 +18,7 @@ from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters
 
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+from harness import call_latencies, pct
 
 
 async def _no_validation(self, name, result) -> None:  # noqa: ANN001
@@ -51,16 +48,7 @@ async def _measure(params: StdioServerParameters, tool: str, args: dict, n: int,
         names = [t.name for t in (await client.list_tools()).tools]
         if tool not in names:
             raise SystemExit(f"tool {tool!r} not in {names}")
-        result = None
-        for _ in range(warmup):
-            result = await client.call_tool(tool, args)
-        if result is not None and getattr(result, "is_error", False):
-            raise SystemExit(f"tool call failed: {result.content[0].text[:500]}")
-        lat = []
-        for _ in range(n):
-            s = time.perf_counter()
-            await client.call_tool(tool, args)
-            lat.append((time.perf_counter() - s) * 1000)
+        lat = await call_latencies(client, tool, args, n, warmup)
     return {
         "startup_ms": round(startup * 1000, 1),
         "p50_ms": round(pct(lat, 50), 3), "p90_ms": round(pct(lat, 90), 3), "p99_ms": round(pct(lat, 99), 3),

@@ -59,6 +59,21 @@ class Stats:
         return {k: round(statistics.median(v), 3) for k, v in vars(self).items() if v}
 
 
+async def call_latencies(client: Client, tool: str, args: dict, n: int, warmup: int, *, name: str = "",
+                         check: Callable[[Any], bool] | None = None) -> list[float]:
+    """Milliseconds of ``n`` sequential calls after ``warmup`` calls (which must succeed)."""
+    for _ in range(warmup):
+        result = await client.call_tool(tool, args)
+        if getattr(result, "is_error", False) or (check and check(result)):
+            raise SystemExit(f"{name or tool}: {tool} failed: {result.content[0].text[:300]}")
+    latencies = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await client.call_tool(tool, args)
+        latencies.append((time.perf_counter() - t0) * 1000)
+    return latencies
+
+
 async def measure(contender: Contender, n: int, warmup: int, stats: Stats) -> None:
     start = time.perf_counter()
     async with Client(contender.params, mode=contender.mode) as client:
@@ -66,16 +81,8 @@ async def measure(contender: Contender, n: int, warmup: int, stats: Stats) -> No
         if n == 0:
             return
         await client.list_tools()
-        result = None
-        for _ in range(warmup):
-            result = await client.call_tool(contender.tool, contender.args)
-        if result is not None and (getattr(result, "is_error", False) or (contender.check and contender.check(result))):
-            raise SystemExit(f"{contender.name}: {contender.tool} failed: {result.content[0].text[:300]}")
-        latencies = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await client.call_tool(contender.tool, contender.args)
-            latencies.append((time.perf_counter() - t0) * 1000)
+        latencies = await call_latencies(client, contender.tool, contender.args, n, warmup, name=contender.name,
+                                         check=contender.check)
         stats.p50_ms.append(pct(latencies, 50))
         stats.p99_ms.append(pct(latencies, 99))
 

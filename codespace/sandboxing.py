@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 class SandboxDecision:
     backend: Sandbox | None
     note: str | None  # why a command runs unsandboxed, when it does
+    layout: SandboxLayout | None = None  # what ``backend`` confines the command to
 
 
 def layout_for(workspace: Workspace) -> SandboxLayout:
@@ -56,12 +57,13 @@ def decide(workspace: Workspace, backends: Backends) -> SandboxDecision:
     mode = workspace.policy.sandbox.mode
     if mode == "off":
         return SandboxDecision(None, "sandbox.mode = 'off': commands run unsandboxed")
-    if mode == "auto" and not restricts_anything(layout_for(workspace)):
+    layout = layout_for(workspace)
+    if mode == "auto" and not restricts_anything(layout):
         return SandboxDecision(None, "the policy restricts nothing a sandbox would enforce (sandbox.mode = 'auto')")
     backend = backends.sandbox()
     info = backend.info() if backend is not None else None
     if backend is not None and info is not None and info.available:
-        return SandboxDecision(backend, None)
+        return SandboxDecision(backend, None, layout)
     reason = info.detail if info is not None else "no sandbox plugin is installed (codespace-linux-sandbox)"
     if mode == "required":
         raise Refused(

@@ -69,6 +69,23 @@ async def call_error(client: Client, name: str, arguments: Mapping[str, Any] | N
     return data["error"]
 
 
+def server_pids(state_dir: str | os.PathLike[str]) -> list[int]:
+    """Processes running ``codespace serve`` on ``state_dir`` (to kill one mid-operation)."""
+    wanted = os.fsencode(str(state_dir))
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in cmdline and wanted in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
 # Fixtures for test suites (import them into a conftest.py:
 # ``from codespace.testing import anyio_backend, mode, state, ws``).
 try:

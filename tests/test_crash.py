@@ -12,26 +12,12 @@ import anyio
 import pytest
 from mcp import Client
 
-from codespace.testing import call_error, call_ok
+from codespace.testing import call_error, call_ok, server_pids
 
 from .conftest import codespace_cmd, subprocess_env
 from .test_transports import stdio_params
 
 pytestmark = pytest.mark.anyio
-
-
-def _server_pids(state) -> list[int]:
-    """Server processes serving this state directory (children of the client's spawn)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if b"serve" in cmdline and str(state).encode() in cmdline:
-                pids.append(int(entry))
-    return pids
 
 
 def _alive(pid: int) -> bool:
@@ -55,7 +41,7 @@ async def _kill_server_during(ws, state, tool: str, args: dict, ready) -> None:
             with anyio.fail_after(20):
                 while not ready():
                     await anyio.sleep(0.02)
-            (pid,) = _server_pids(state)
+            (pid,) = server_pids(state)
             os.kill(pid, signal.SIGKILL)
             tg.cancel_scope.cancel()
 
@@ -117,7 +103,7 @@ async def test_restart_reaps_live_command_sessions(ws, state):
     async with Client(stdio_params(ws, state)) as client:
         started = await call_ok(client, "exec", {"command": script, "yield_ms": 300, "operation_id": "live-1"})
         assert started["running"]
-        (pid,) = _server_pids(state)
+        (pid,) = server_pids(state)
         os.kill(pid, signal.SIGKILL)
     grandchild = int((ws / "grandchild").read_text())
     time.sleep(0.3)

@@ -274,7 +274,7 @@ async def exec_command(call: ToolCall, args: ExecArgs) -> CommandOutput:
     session = await _registry(call).start(
         spec, operation_id=call.operation_id, timeout_s=timeout_ms / 1000 if timeout_ms else None,
         separate_stderr=args.separate_stderr, lossless=args.lossless,
-        sandbox=(decision.backend, sandboxing.layout_for(ws)) if decision.backend is not None else None,
+        sandbox=(decision.backend, decision.layout) if decision.backend is not None else None,
     )
     if args.stdin is not None:
         await session.process.write(args.stdin.encode())

@@ -19,6 +19,7 @@ from codespace.contract import FsError, MoveRequest, MoveResult
 from . import errors, kernel
 from .removing import check_tree
 from .resolve import Confinement
+from .writing import lstat_at
 
 
 def move(conf: Confinement, request: MoveRequest, cancel: threading.Event | None = None) -> MoveResult:
@@ -30,11 +31,11 @@ def move(conf: Confinement, request: MoveRequest, cancel: threading.Event | None
         os.close(src.fd)
         raise
     try:
-        st = _lstat(src.fd, src_name, source)
+        st = lstat_at(src.fd, src_name, source, "move")
         if st is None:
             raise FsError(f"cannot move {source}: it does not exist. To proceed: check the path with list_dir.",
                           path=source, errno=errno.ENOENT)
-        before = _lstat(dst.fd, dst_name, destination)
+        before = lstat_at(dst.fd, dst_name, destination, "move")
         same = before is not None and (before.st_dev, before.st_ino) == (st.st_dev, st.st_ino)
         if same and src.path == dst.path:
             return MoveResult(source=source, destination=destination, overwritten=False)
@@ -87,15 +88,7 @@ def _rename_noreplace(src_fd: int, src_name: str, dst_fd: int, dst_name: str, de
             raise _exists(destination) from None
         if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise
-    if _lstat(dst_fd, dst_name, destination) is not None:
+    if lstat_at(dst_fd, dst_name, destination, "move") is not None:
         raise _exists(destination)
     os.rename(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
 
-
-def _lstat(dirfd: int, name: str, path: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise errors.os_error(exc, path, "move") from exc

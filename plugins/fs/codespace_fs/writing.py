@@ -75,14 +75,7 @@ def write_atomic(
     if follow_symlink:
         path = _follow_leaf(conf, path)
     if create_parents:
-        parent = ensure_dir(conf, _dirname(path), "write")
-        name = path.rsplit("/", 1)[1]
-        if parent.followed:
-            try:
-                _check(conf, _join(parent.path, name), path)
-            except FsError:
-                os.close(parent.fd)
-                raise
+        parent, name = ensure_parent(conf, path, "write")
     else:
         parent, name = conf.open_parent(path, need="write", action="write")
     try:
@@ -95,7 +88,7 @@ def _replace(
     dirfd: int, name: str, path: str, data: bytes, expected: str | None, must_not_exist: bool,
     durable: bool = True,
 ) -> WriteFileResult:
-    before = _lstat_at(dirfd, name, path)
+    before = lstat_at(dirfd, name, path)
     previous = None
     if before is not None:
         kind = kind_of(before.st_mode)
@@ -137,7 +130,7 @@ def _replace(
         if expected is not None:
             # Narrow the window between the hash check and the rename: if the file
             # changed meanwhile, hash it again.
-            now = _lstat_at(dirfd, name, path)
+            now = lstat_at(dirfd, name, path)
             if not _same_version(before, now):
                 current = _hash_at(dirfd, name, path) if now is not None and stat.S_ISREG(now.st_mode) else None
                 _check_expected(path, expected, current)
@@ -259,13 +252,14 @@ def _hash_at(dirfd: int, name: str, path: str) -> str:
         os.close(fd)
 
 
-def _lstat_at(dirfd: int, name: str, path: str) -> os.stat_result | None:
+def lstat_at(dirfd: int, name: str, path: str, action: str = "inspect") -> os.stat_result | None:
+    """``name`` in ``dirfd`` without following it; None when it does not exist."""
     try:
         return os.stat(name, dir_fd=dirfd, follow_symlinks=False)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise errors.os_error(exc, path, "inspect") from exc
+        raise errors.os_error(exc, path, action) from exc
 
 
 def _readlink_at(dirfd: int, name: str) -> str | None:
@@ -304,6 +298,20 @@ def _check(conf: Confinement, target: str, shown: str) -> None:
             f"{shown} leads to {target}: {refusal.message}" if target != shown else refusal.message,
             path=shown, rule=refusal.rule, hint="write somewhere the policy makes writable (see workspace_info)",
         )
+
+
+def ensure_parent(conf: Confinement, path: str, action: str) -> tuple[Opened, str]:
+    """The parent directory of ``path`` (created as needed) and the leaf's name; when the
+    parent was reached through a link, the leaf is re-checked where it really is."""
+    parent = ensure_dir(conf, _dirname(path), action)
+    name = path.rsplit("/", 1)[1]
+    if parent.followed:
+        try:
+            _check(conf, _join(parent.path, name), path)
+        except FsError:
+            os.close(parent.fd)
+            raise
+    return parent, name
 
 
 def ensure_dir(conf: Confinement, path: str, action: str) -> Opened:
@@ -354,14 +362,7 @@ def make_dir(conf: Confinement, request: MakeDirRequest) -> MakeDirResult:
                           path=path, errno=errno.EEXIST)
         return MakeDirResult(path=path, created=False)
     if request.parents:
-        parent = ensure_dir(conf, _dirname(path), "create the directory")
-        name = path.rsplit("/", 1)[1]
-        if parent.followed:
-            try:
-                _check(conf, _join(parent.path, name), path)
-            except FsError:
-                os.close(parent.fd)
-                raise
+        parent, name = ensure_parent(conf, path, "create the directory")
     else:
         try:
             parent, name = conf.open_parent(path, need="write", action="create the directory")
@@ -380,7 +381,7 @@ def make_dir(conf: Confinement, request: MakeDirRequest) -> MakeDirResult:
             pass
         except OSError as exc:
             raise errors.os_error(exc, path, "create the directory") from exc
-        st = _lstat_at(parent.fd, name, path)
+        st = lstat_at(parent.fd, name, path)
         kind = kind_of(st.st_mode) if st is not None else "file"
         if kind != "directory":
             what = "a symbolic link" if kind == "symlink" else f"a {kind.replace('_', ' ')}"

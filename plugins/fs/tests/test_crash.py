@@ -18,6 +18,8 @@ from mcp.client.stdio import StdioServerParameters
 
 from codespace_fs.writing import TMP_SUFFIX
 
+from codespace.testing import server_pids
+
 pytestmark = pytest.mark.anyio
 
 SIZE = 8 * 1024 * 1024
@@ -72,19 +74,6 @@ async def test_kill_9_during_large_writes_never_tears(ws, state):
     assert len(leftovers) <= ROUNDS
 
 
-def _server_pid(state: Path) -> int:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmdline = f.read().split(b"\0")
-            except OSError:
-                continue
-            if b"serve" in cmdline and str(state).encode() in cmdline:
-                return int(entry)
-    raise AssertionError("server process not found")
-
-
 async def test_kill_9_of_the_server_mid_write_file(ws, state):
     env = dict(os.environ, CODESPACE_PLUGINS_ALLOW="fs")
     params = StdioServerParameters(
@@ -96,7 +85,7 @@ async def test_kill_9_of_the_server_mid_write_file(ws, state):
     seen = set()
     for round_ in range(6):
         async with Client(params) as client:
-            pid = _server_pid(state)
+            pid = server_pids(state)[0]
 
             async def writes(n: int) -> None:
                 while True:

@@ -17,7 +17,7 @@ import pytest
 from conftest import TEST_PLUGINS, patch_of, write
 
 from codespace.contract import FsError
-from codespace.testing import build_app, call_ok, connect
+from codespace.testing import build_app, call_ok, connect, server_pids
 from codespace_patch.journal import Journal, commit, pending, record_for, recover
 from codespace_patch.stores import Change
 from conformance.helper import helper_argv, helper_env
@@ -260,7 +260,7 @@ async def test_kill_9_of_the_server_during_apply_patch(ws, state, tmp_path):
     for attempt in range(3):
         _reset(ws, old)
         async with Client(params) as client:
-            pid = _server_pid(state)
+            pid = server_pids(state)[0]
             async with anyio.create_task_group() as tg:
                 async def call() -> None:
                     try:
@@ -282,18 +282,6 @@ async def test_kill_9_of_the_server_during_apply_patch(ws, state, tmp_path):
             assert record["status"] == "interrupted"
         assert pending(journal_dir) == []
     assert "old" in outcomes or "mixed" in outcomes  # at least one kill landed before the commit finished
-
-
-def _server_pid(state: Path) -> int:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
-            except OSError:
-                continue
-            if b"serve" in cmdline and str(state).encode() in cmdline:
-                return int(entry)
-    raise AssertionError("server process not found")
 
 
 async def test_overlay_journals_the_original_of_a_file_deleted_then_re_added(ws, fs):

@@ -255,13 +255,8 @@ class EgressProxy:
                            "absolute http:// URLs or CONNECT only (use CONNECT for https)")
             return
         port = url.port or 80
-        verdict, host, addresses = await self._judge(url.hostname, port, method, "http", operation_id)
-        if not verdict.allowed:
-            await _respond(reader.stream, 403 if verdict.header else 502, verdict.header, _why(verdict))
-            return
-        upstream = await self._connect(addresses, port)
+        upstream, host = await self._http_upstream(reader, url.hostname, port, method, "http", operation_id)
         if upstream is None:
-            await _respond(reader.stream, 502, None, "the destination did not accept the connection")
             return
         async with upstream, anyio.create_task_group() as tg:
             responses_done = anyio.Event()
@@ -305,16 +300,24 @@ class EgressProxy:
                     await refuse(403, verdict.header, _why(verdict))
                     return
 
-    async def _connect_tunnel(self, reader: _Reader, target: str, operation_id: str | None) -> None:
-        host, _, port_text = target.rpartition(":")
-        port = int(port_text) if port_text.isdigit() else 0
-        verdict, _, addresses = await self._judge(host or target, port, None, "connect", operation_id)
+    async def _http_upstream(self, reader: _Reader, raw_host: str, port: int, method: str | None, protocol: str,
+                             operation_id: str | None) -> tuple[RawStream | None, str]:
+        """Judge the destination and connect to a checked address; on refusal or failure the
+        client has its HTTP answer (403 / 502) and the stream is None."""
+        verdict, host, addresses = await self._judge(raw_host, port, method, protocol, operation_id)
         if not verdict.allowed:
             await _respond(reader.stream, 403 if verdict.header else 502, verdict.header, _why(verdict))
-            return
+            return None, host
         upstream = await self._connect(addresses, port)
         if upstream is None:
             await _respond(reader.stream, 502, None, "the destination did not accept the connection")
+        return upstream, host
+
+    async def _connect_tunnel(self, reader: _Reader, target: str, operation_id: str | None) -> None:
+        host, _, port_text = target.rpartition(":")
+        port = int(port_text) if port_text.isdigit() else 0
+        upstream, _ = await self._http_upstream(reader, host or target, port, None, "connect", operation_id)
+        if upstream is None:
             return
         async with upstream:
             await reader.stream.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
