@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from .contract import BackendMissing, Refused, ToolError
 from .policy import Refusal, normalize, validate_agent_path
 from .store import OperationRecord
-from .tooling import Needs, ProgressFn, ToolCall, ToolDefinition
+from .tooling import Needs, ProgressFn, ToolCall, ToolDefinition, structured_result
 
 if TYPE_CHECKING:
     from .backends import Backends
@@ -345,7 +345,7 @@ class Gateway:
             if operation_id is not None:
                 await self.store.finish(operation_id, "failed", result=outcome.structured, error=message)
             return outcome
-        structured = result.model_dump(mode="json")
+        structured = structured_result(result)
         if operation_id is not None:
             structured["operation_id"] = operation_id
             structured["replayed"] = False

@@ -6,6 +6,7 @@ through the ``codespace_register_tools`` hook, and pass through the same gateway
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -179,6 +180,29 @@ class ToolRegistry:
 
             self._listing = [_to_mcp(tool, types) for tool in sorted(self._tools.values(), key=lambda t: t.name)]
         return self._listing
+
+
+def structured_result(result: BaseModel) -> dict[str, Any]:
+    """The result as the client receives it: optional fields whose default is null are left
+    out while they are null ("present only when they apply", as the output schema already
+    allows: such fields are not required). Clients validate every result against the output
+    schema and pay per property present; three absent nulls save a quarter of that on
+    ``read_file``. Required fields stay, null or not."""
+    dumped = result.model_dump(mode="json")
+    omittable = _null_default_fields(type(result))
+    if omittable:
+        for name in omittable:
+            if dumped.get(name, 0) is None:
+                del dumped[name]
+    return dumped
+
+
+@functools.cache
+def _null_default_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(
+        name for name, info in model.model_fields.items()
+        if not info.is_required() and info.default is None and info.default_factory is None
+    )
 
 
 def lean_schema(node: Any, defs: dict[str, Any] | None = None) -> Any:

@@ -81,3 +81,19 @@ def test_lists_of_objects_keep_their_item_schema_as_documentation_only():
     assert item.is_valid({"count": 1}) and not item.is_valid({"label": "x"})
     assert jsonschema.Draft202012Validator(schema).is_valid({"entries": [{"count": 1}], "names": ["a"]})
     assert not jsonschema.Draft202012Validator(schema).is_valid({"entries": {}, "names": ["a"]})
+
+
+class Reading(BaseModel):
+    content: str
+    total: int | None  # required, nullable: always sent
+    hint: int | None = None  # optional with a null default: sent only when set
+    label: str = ""
+
+
+def test_structured_results_leave_out_only_optional_nulls():
+    from codespace.tooling import structured_result
+
+    assert structured_result(Reading(content="x", total=None)) == {"content": "x", "total": None, "label": ""}
+    assert structured_result(Reading(content="x", total=3, hint=0)) == {"content": "x", "total": 3, "hint": 0, "label": ""}
+    schema = lean_schema(Reading.model_json_schema())
+    assert jsonschema.Draft202012Validator(schema).is_valid(structured_result(Reading(content="x", total=None)))

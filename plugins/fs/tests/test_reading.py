@@ -24,7 +24,7 @@ async def test_whole_file_with_hash_and_line_count(app_factory, ws, mode):
     assert out["content"] == LINES
     assert (out["start_line"], out["end_line"], out["total_lines"]) == (1, 100, 100)
     assert out["sha256"] == hashlib.sha256(LINES.encode()).hexdigest()
-    assert out["size"] == len(LINES) and not out["truncated"] and out["next_offset"] is None
+    assert out["size"] == len(LINES) and not out["truncated"] and out.get("next_offset") is None
 
 
 async def test_line_window_and_continuation(app_factory, ws, mode):
@@ -53,7 +53,7 @@ async def test_byte_cap_cuts_at_a_line_and_hints(app_factory, ws, mode):
         while offset is not None:
             page = await call_ok(client, "read_file", {"path": "a.txt", "offset": offset, "max_bytes": 64})
             seen.append(page["content"])
-            offset = page["next_offset"]
+            offset = page.get("next_offset")
         assert "".join(seen) == LINES
 
 
@@ -110,7 +110,7 @@ async def test_invalid_utf8_is_reported_not_replaced(app_factory, ws, mode):
         assert "3 invalid UTF-8 sequence(s)" in result.content[0].text
         # Only the window is judged: the first line alone is valid.
         first = await call_ok(client, "read_file", {"path": "latin1.txt", "limit": 1})
-        assert first["content"] == "ok line\n" and first["invalid_utf8"] is None
+        assert first["content"] == "ok line\n" and first.get("invalid_utf8") is None
 
 
 async def test_binary_refused_in_text_and_returned_as_base64(app_factory, ws, mode):
@@ -125,7 +125,7 @@ async def test_binary_refused_in_text_and_returned_as_base64(app_factory, ws, mo
                                                        "max_bytes": 4096})
             assert len(page["content"]) <= 4096 and page["total_lines"] is None
             got += base64.b64decode(page["content"])
-            offset = page["next_byte_offset"]
+            offset = page.get("next_byte_offset")
         assert got == blob
         error = await call_error(client, "read_file", {"path": "blob.bin", "encoding": "base64", "byte_offset": 10**6})
         assert error["code"] == "out_of_range"
