@@ -2,7 +2,10 @@
 
 Schemas are built on first use (``defer_build``): most models are not needed to
 answer ``initialize``, and building ~80 schemas at import would add tens of
-milliseconds to every server start.
+milliseconds to every server start. For the same reason the modules that define
+models do not use ``from __future__ import annotations``: pydantic would then turn each
+field's annotation back from a string at class creation, which measured 28 ms of every
+start (about 70 models, 300 fields).
 """
 
 from pydantic import BaseModel, ConfigDict

@@ -4,7 +4,6 @@ Paths in requests reaching a backend are absolute and lexically normalised; the
 gateway has checked them against the policy. Paths in results are absolute too.
 """
 
-from __future__ import annotations
 
 from typing import Annotated, Literal, Protocol, runtime_checkable
 
@@ -101,6 +100,11 @@ class DirEntry(Strict):
     target: str | None = Field(default=None, description="Link text, for symbolic links (never followed).")
 
 
+class EntryError(Strict):
+    path: str
+    message: str
+
+
 class ListDirResult(Strict):
     path: str
     entries: list[DirEntry]
@@ -134,11 +138,6 @@ class WalkEntry(TypedDict):
     kind: FileKind
     depth: Annotated[int, Field(description="1 for entries of the walked directory itself.")]
     size: NotRequired[Annotated[int | None, Field(description="Bytes, for regular files when sizes=true.")]]
-
-
-class EntryError(Strict):
-    path: str
-    message: str
 
 
 class WalkResult(Strict):

@@ -1,6 +1,5 @@
 """The Sandbox backend contract: turn a command spec into a confined one."""
 
-from __future__ import annotations
 
 from typing import Literal, Protocol, runtime_checkable
 

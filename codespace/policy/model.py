@@ -5,7 +5,6 @@ keys are errors (a typo must not silently weaken a rule), and every error names
 the file, the field and the problem.
 """
 
-from __future__ import annotations
 
 import tomllib
 from pathlib import Path
@@ -153,7 +152,7 @@ class NetworkPolicy(_Strict):
     like a connection's. Off: UDP ASSOCIATE is refused (reply 7)."""
 
     @model_validator(mode="after")
-    def _wildcard(self) -> NetworkPolicy:
+    def _wildcard(self) -> "NetworkPolicy":
         if "*" in self.allowed_domains and not self.allow_wildcard:
             raise ValueError("a bare '*' in allowed_domains allows every host; set allow_wildcard = true to mean it")
         return self

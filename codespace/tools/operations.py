@@ -1,6 +1,5 @@
 """get_operation and list_operations: what the operation store knows."""
 
-from __future__ import annotations
 
 from typing import Any, Literal
 

@@ -1,6 +1,5 @@
 """workspace_info: roots, effective policy, plugins, sandbox engine, limits."""
 
-from __future__ import annotations
 
 from typing import Any
 
