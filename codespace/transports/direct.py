@@ -141,7 +141,8 @@ class DirectToolCalls:
         with anyio.CancelScope() as scope:
             self._running[request_id] = scope
             try:
-                await self._app_ready.wait()
+                if not self._app_ready.is_set():  # wait() checkpoints even when set
+                    await self._app_ready.wait()
                 outcome = await self.app.gateway.call(
                     name, arguments, client=f"{self._transport}:{client}" if client else self._transport,
                     progress=progress,

@@ -12,11 +12,13 @@ never write into the protocol channel. Both are restored on exit.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -97,7 +99,8 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
     inbound_send, inbound = create_context_streams[SessionMessage | Exception](0)
     outbound, outbound_receive = create_context_streams[SessionMessage](0)
 
-    write_lock = anyio.Lock()
+    # fast_acquire: an uncontended write must not yield to the loop (one iteration per answer saved)
+    write_lock = anyio.Lock(fast_acquire=True)
 
     async def write_line(data: bytes) -> None:
         async with write_lock:
@@ -106,32 +109,123 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
             except BrokenPipeError:
                 raise anyio.ClosedResourceError from None
 
-    async def reader() -> None:
+    # Lines go to the direct path or the SDK strictly in arrival order; one the direct
+    # path cannot take right away waits here, and so does every line after it.
+    backlog: deque[bytes | None] = deque()  # None: end of input
+    backlog_ready = anyio.Event()
+
+    def take(line: bytes) -> bool:
+        if direct is None or not direct.may_want(line):
+            return False
+        try:
+            return direct.intercept(json.loads(line), tg, write_line)
+        except ValueError:
+            return False  # not JSON: the SDK path answers with the parse error
+
+    def accept(lines: list[bytes]) -> None:
+        for line in lines:
+            if not line.strip():
+                continue
+            if backlog or not take(line):
+                backlog.append(line)
+        if backlog and not backlog_ready.is_set():
+            backlog_ready.set()
+
+    async def to_sdk(line: bytes) -> None:
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except Exception as exc:  # noqa: BLE001 - any bad line gets an answer, then we go on
+            await write_line(_parse_error(line, exc))
+            return
+        await inbound_send.send(SessionMessage(message))
+
+    async def drain_backlog(pause: Callable[[], None], resume: Callable[[], None]) -> None:
+        """Feed held lines to the SDK (awaiting it: that is the back-pressure), pausing input
+        meanwhile."""
+        nonlocal backlog_ready
+        async with inbound_send:
+            while True:
+                await backlog_ready.wait()
+                pause()
+                while backlog:
+                    line = backlog.popleft()
+                    if line is None:
+                        return
+                    if not take(line):
+                        await to_sdk(line)
+                backlog_ready = anyio.Event()
+                resume()
+
+    async def read_on_loop() -> None:
+        """asyncio: a reader callback stays registered with the loop and takes each line as
+        it arrives (no task wake-up and no epoll re-registration per message)."""
+        loop = asyncio.get_running_loop()
+        pending = b""
+        done = False
+
+        def on_readable() -> None:
+            nonlocal pending, done
+            try:
+                chunk = os.read(claim.read_fd, READ_CHUNK)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                loop.remove_reader(claim.read_fd)
+                done = True
+                accept([pending])  # a last line without its newline still counts
+                backlog.append(None)
+                backlog_ready.set()
+                return
+            pending += chunk
+            if b"\n" in chunk:
+                *lines, pending = pending.split(b"\n")
+                accept(lines)
+
+        def pause() -> None:
+            loop.remove_reader(claim.read_fd)
+
+        def resume() -> None:
+            if not done:
+                loop.add_reader(claim.read_fd, on_readable)
+
+        resume()
+        try:
+            await drain_backlog(pause, resume)
+        finally:
+            loop.remove_reader(claim.read_fd)
+
+    async def read_in_task() -> None:
+        """Other event loops, and stdin that cannot be polled (a regular file)."""
         pending = b""
         async with inbound_send:
             while True:
                 chunk = await _read_chunk(claim.read_fd, claim.read_pollable)
                 if not chunk:
-                    return
-                pending += chunk
-                if b"\n" not in chunk:
-                    continue
-                *lines, pending = pending.split(b"\n")
+                    lines, pending = [pending], b""  # a last line without its newline still counts
+                else:
+                    pending += chunk
+                    if b"\n" not in chunk:
+                        continue
+                    *lines, pending = pending.split(b"\n")
                 for line in lines:
-                    if not line.strip():
-                        continue
-                    if direct is not None and direct.may_want(line):
-                        try:
-                            if direct.intercept(json.loads(line), tg, write_line):
-                                continue
-                        except ValueError:
-                            pass  # not JSON: the SDK path below answers with the parse error
-                    try:
-                        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                    except Exception as exc:  # noqa: BLE001 - any bad line gets an answer, then we go on
-                        await write_line(_parse_error(line, exc))
-                        continue
-                    await inbound_send.send(SessionMessage(message))
+                    if line.strip() and not take(line):
+                        await to_sdk(line)
+                if not chunk:
+                    return
+
+    async def reader() -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio)
+            on_asyncio = False
+        else:
+            on_asyncio = True
+        if claim.read_pollable and on_asyncio:
+            await read_on_loop()
+        else:
+            await read_in_task()
 
     async def writer() -> None:
         async with outbound_receive:
