@@ -92,12 +92,16 @@ class ListDirRequest(Strict):
     max_entries: int | None = Field(default=None, ge=1, description="Cap on entries (default: limits.walk_max_entries).")
 
 
-class DirEntry(Strict):
+# A plain mapping, like WalkEntry below: the backend builds the entries itself, and a
+# validated model per entry (with its null fields) made list_dir half again as slow.
+class DirEntry(TypedDict):
+    """One entry of a directory; keys that do not apply are absent."""
+
     name: str
     kind: FileKind
-    size: int | None = Field(default=None, description="Bytes, for regular files.")
-    mtime_ms: int | None = None
-    target: str | None = Field(default=None, description="Link text, for symbolic links (never followed).")
+    mtime_ms: NotRequired[int]
+    size: NotRequired[Annotated[int, Field(description="Bytes, for regular files.")]]
+    target: NotRequired[Annotated[str, Field(description="Link text, for symbolic links (never followed).")]]
 
 
 class EntryError(Strict):
@@ -129,8 +133,7 @@ class WalkRequest(Strict):
     sizes: bool = Field(default=False, description="Report each regular file's size (one stat per file: slower on big trees).")
 
 
-# A plain mapping rather than a model: a walk returns up to 50,000 of them, and a backend
-# builds them itself, so they need no per-entry validation.
+# A walk returns up to 50,000 of these.
 class WalkEntry(TypedDict):
     """One entry found by a walk."""
 

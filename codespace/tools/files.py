@@ -67,13 +67,13 @@ def _render_read(result: ReadFileResult) -> str:
 def _render_list(result: ListDirResult) -> str:
     lines = [f"{result.path}: {len(result.entries)} entries" + (" (truncated)" if result.truncated else "")]
     for entry in result.entries:
-        name, kind = entry.name, entry.kind
+        name, kind = entry["name"], entry["kind"]
         if kind == "directory":
             lines.append(f"dir      {name}/")
         elif kind == "symlink":
-            lines.append(f"link     {name} -> {entry.target or '?'}")
+            lines.append(f"link     {name} -> {entry.get('target', '?')}")
         elif kind == "file":
-            lines.append(f"file {entry.size or 0:>12}  {name}")
+            lines.append(f"file {entry.get('size', 0):>12}  {name}")
         else:
             lines.append(f"{kind:<8} {name}")
     lines += [f"error    {e.path}: {e.message}" for e in result.errors]

@@ -7,7 +7,7 @@ import os
 import stat
 from operator import attrgetter
 
-from codespace.contract import EntryError, FsError, ListDirRequest, ListDirResult, StatRequest, StatResult
+from codespace.contract import DirEntry, EntryError, FsError, ListDirRequest, ListDirResult, StatRequest, StatResult
 
 from . import errors
 from .reading import kind_of
@@ -44,7 +44,7 @@ def list_dir_from(fd: int, request: ListDirRequest, *, max_entries: int) -> List
                 found = sorted(it, key=_by_name)
         except OSError as exc:
             raise errors.os_error(exc, path, "list") from exc
-        entries: list[dict] = []
+        entries: list[DirEntry] = []
         problems: list[EntryError] = []
         truncated = False
         for entry in found:
@@ -75,9 +75,7 @@ def list_dir_from(fd: int, request: ListDirRequest, *, max_entries: int) -> List
             entries.append(item)
     finally:
         os.close(fd)
-    return ListDirResult.model_validate(
-        {"path": path, "entries": entries, "truncated": truncated, "errors": problems}
-    )
+    return ListDirResult.model_construct(path=path, entries=entries, truncated=truncated, errors=problems)
 
 
 def stat_path(conf: Confinement, request: StatRequest) -> StatResult:
