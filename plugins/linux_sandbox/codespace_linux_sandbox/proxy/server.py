@@ -321,7 +321,7 @@ class EgressProxy:
             return
         async with upstream:
             await reader.stream.send(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-            await _splice(reader, upstream)
+            await _tunnel(reader, upstream)
 
     # -- SOCKS5 ---------------------------------------------------------------------
 
@@ -363,7 +363,7 @@ class EgressProxy:
             return
         async with upstream:
             await _socks_reply(reader.stream, SOCKS_OK)
-            await _splice(reader, upstream)
+            await _tunnel(reader, upstream)
 
 
 # -- helpers --------------------------------------------------------------------------
@@ -486,7 +486,7 @@ async def _pump(source: ByteStream, sink: ByteStream, *, eof: bool = True) -> No
         await _half_close(sink)
 
 
-async def _splice(reader: _Reader, upstream: ByteStream) -> None:
+async def _tunnel(reader: _Reader, upstream: ByteStream) -> None:
     leftover = reader.take_buffered()
     if leftover:
         await upstream.send(leftover)
