@@ -83,6 +83,37 @@ async def test_stdio_survives_garbage_and_huge_lines(ws, state):
         assert proc.wait(timeout=20) == 0
 
 
+def test_stdio_pipelined_lines_are_all_answered_in_order(ws, state):
+    """One write carrying SDK requests, direct tool calls and garbage, then end of input
+    with an unterminated last line: every request is answered exactly once."""
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        *({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+           "params": {"name": "tally", "arguments": {"name": "seq"}}} for i in range(3)),
+        "{not json",
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {"name": "tally", "arguments": {"name": "seq"}}},
+    ]
+    wire = "\n".join(m if isinstance(m, str) else json.dumps(m) for m in lines)  # no final newline
+    done = subprocess.run(
+        [*codespace_cmd(), "serve", "--workspace", str(ws), "--state-dir", str(state)],
+        input=wire.encode(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60,
+        env=subprocess_env(**{ENV_ALLOW: "example"}),
+    )
+    assert done.returncode == 0
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    by_id = {r.get("id"): r for r in replies}
+    assert by_id[1]["result"]["serverInfo"]["name"] == "codespace"
+    assert any(t["name"] == "tally" for t in by_id[2]["result"]["tools"])
+    assert by_id[3]["result"] == {}
+    assert by_id[None]["error"]["code"] == -32700
+    counts = [by_id[10 + i]["result"]["structuredContent"]["count"] for i in range(4)]
+    assert sorted(counts) == [1, 2, 3, 4]
+
+
 @contextmanager
 def http_server(ws: Path, state: Path, *extra: str, **env: str):
     proc = subprocess.Popen(

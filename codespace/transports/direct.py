@@ -63,6 +63,13 @@ class DirectToolCalls:
         self._negotiated: str | None = None
         self._client: str | None = None
         self._running: dict[Any, anyio.CancelScope] = {}
+        self._in_flight = 0  # calls taken and not yet answered
+
+    async def settle(self) -> None:
+        """Wait until every call taken so far is answered (at end of input: a client that
+        closed its side after its last request still reads the answers)."""
+        while self._in_flight:
+            await anyio.sleep(0.005)
 
     def observe_outgoing(self, data: str) -> None:
         """Learn the version the SDK's ``initialize`` answer settled on."""
@@ -130,10 +137,17 @@ class DirectToolCalls:
         if modern:
             info = meta.get(CLIENT_INFO_META_KEY)
             client = info.get("name") if isinstance(info, dict) else None
+        self._in_flight += 1
         tg.start_soon(self._call, request_id, name, arguments, meta.get("progressToken"), modern, client, send)
         return True
 
-    async def _call(self, request_id: Any, name: str, arguments: dict[str, Any] | None, token: Any,
+    async def _call(self, *args: Any) -> None:
+        try:
+            await self._answer(*args)
+        finally:
+            self._in_flight -= 1
+
+    async def _answer(self, request_id: Any, name: str, arguments: dict[str, Any] | None, token: Any,
                     modern: bool, client: str | None, send: Send) -> None:
         async def progress(done: float, total: float | None, message: str | None) -> None:
             if token is None:

@@ -8,6 +8,10 @@ than halves the per-call latency (benchmarks/README.md).
 Like the SDK transport, it claims fds 0 and 1 while serving: fd 0 then reads
 /dev/null and fd 1 points at stderr, so a stray ``print`` or a child process can
 never write into the protocol channel. Both are restored on exit.
+
+At end of input the streams stay open until every request already received has
+been answered (up to ``SETTLE_LIMIT_S``): a client that closes its side after
+the last request, as a shell pipeline does, still gets every answer.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ..fdio import read_some, write_all
 from .direct import DirectToolCalls
 
 READ_CHUNK = 1 << 16
+SETTLE_LIMIT_S = 60.0  # at end of input, how long answers still being worked on are awaited
 
 
 def _pollable(fd: int) -> bool:
@@ -111,8 +116,19 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
 
     # Lines go to the direct path or the SDK strictly in arrival order; one the direct
     # path cannot take right away waits here, and so does every line after it.
-    backlog: deque[bytes | None] = deque()  # None: end of input
+    backlog: deque[tuple[bytes, bool] | None] = deque()  # (line, for the SDK only); None: end of input
     backlog_ready = anyio.Event()
+
+    # Ids of requests handed to the SDK and not yet answered: at end of input the streams
+    # stay open until these are answered too (the SDK would cancel them on closing).
+    unanswered: set[object] = set()
+
+    async def settle() -> None:
+        if direct is not None:
+            await direct.settle()
+        with anyio.move_on_after(SETTLE_LIMIT_S):
+            while unanswered:
+                await anyio.sleep(0.005)
 
     def take(line: bytes) -> bool:
         if direct is None or not direct.may_want(line):
@@ -126,8 +142,10 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
         for line in lines:
             if not line.strip():
                 continue
-            if backlog or not take(line):
-                backlog.append(line)
+            if backlog:
+                backlog.append((line, False))
+            elif not take(line):
+                backlog.append((line, True))  # the direct path has seen it: not offered twice
         if backlog and not backlog_ready.is_set():
             backlog_ready.set()
 
@@ -137,6 +155,8 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
         except Exception as exc:  # noqa: BLE001 - any bad line gets an answer, then we go on
             await write_line(_parse_error(line, exc))
             return
+        if isinstance(message, types.JSONRPCRequest):
+            unanswered.add(message.id)
         await inbound_send.send(SessionMessage(message))
 
     async def drain_backlog(pause: Callable[[], None], resume: Callable[[], None]) -> None:
@@ -148,10 +168,12 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
                 await backlog_ready.wait()
                 pause()
                 while backlog:
-                    line = backlog.popleft()
-                    if line is None:
+                    held = backlog.popleft()
+                    if held is None:
+                        await settle()
                         return
-                    if not take(line):
+                    line, sdk_only = held
+                    if sdk_only or not take(line):
                         await to_sdk(line)
                 backlog_ready = anyio.Event()
                 resume()
@@ -213,6 +235,7 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
                     if line.strip() and not take(line):
                         await to_sdk(line)
                 if not chunk:
+                    await settle()
                     return
 
     async def reader() -> None:
@@ -230,10 +253,13 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
     async def writer() -> None:
         async with outbound_receive:
             async for session_message in outbound_receive:
-                data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                message = session_message.message
+                data = message.model_dump_json(by_alias=True, exclude_unset=True)
                 if direct is not None:
                     direct.observe_outgoing(data)
                 await write_line(data.encode())
+                if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+                    unanswered.discard(message.id)
 
     try:
         async with anyio.create_task_group() as tg:
