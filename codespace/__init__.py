@@ -1,6 +1,6 @@
 """CodeSpace: a governed workspace for coding agents, served over MCP."""
 
-__version__ = "0.1.1"
+__version__ = "0.1.2"
 
 from .plugins import hookimpl  # noqa: E402
 

@@ -238,13 +238,20 @@ class FileSystem(Protocol):
 
     async def write_bytes(
         self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False,
-        durable: bool = True,
+        durable: bool = True, in_place: bool = False,
     ) -> None:
         """Atomically replace (or create) a regular file, keeping an existing file's mode.
 
         ``durable=False`` skips flushing to disk (still atomic against a crash of the
         process): for a caller that makes many writes durable at once with
-        :meth:`sync`, e.g. under its own journal."""
+        :meth:`sync`, e.g. under its own journal.
+
+        ``in_place=True`` rewrites an existing regular file with no other hard links on
+        its own inode instead (as upstream's apply_patch does; mode, owner and
+        extended attributes untouched, and much cheaper on ext4). It is not atomic: a
+        reader may see the file half-written and a crash may leave it torn, so only a
+        caller that journals the old content first should ask for it. Anything else
+        (absent, not a regular file, several links) is replaced atomically as usual."""
 
     async def sync(self) -> None:
         """Make every write done with ``durable=False`` so far durable."""

@@ -55,6 +55,61 @@ def write_file(conf: Confinement, request: WriteFileRequest, *, max_file_bytes: 
     )
 
 
+def write_in_place(
+    conf: Confinement, path: str, data: bytes, *, max_file_bytes: int, create_parents: bool = False,
+    follow_symlink: bool = False, durable: bool = True,
+) -> None:
+    """Rewrite an existing regular file's bytes on the same inode (mode, owner, ACLs and
+    extended attributes stay as they are) by writing over it and truncating to the new
+    length, never truncating first: ext4 flushes a file replaced by rename or rewritten
+    after ``O_TRUNC`` at once, which measured 20-35 ms for 200 small files against 1 ms
+    this way. A reader may see the file half-written and a crash may leave it torn, so a
+    caller that needs atomicity journals the old content first (as apply_patch's atomic
+    mode does). A path that is absent, not a regular file, or a file with other hard
+    links (which may lie outside the root) gets an atomic replace instead."""
+    _check_size(path, data, max_file_bytes)
+    try:
+        opened = conf.open(path, O_PATH, need="write", follow_last=follow_symlink, action="write")
+    except FsError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            raise
+        opened = None  # absent, or a link we may not follow: the replace reports it properly
+    if opened is not None:
+        try:
+            st = os.fstat(opened.fd)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                # Reopened through the O_PATH descriptor: the same inode, whatever happened
+                # to the path meanwhile.
+                fd = os.open(f"/proc/self/fd/{opened.fd}", os.O_WRONLY | os.O_NOCTTY | O_CLOEXEC)
+                try:
+                    view = memoryview(data)
+                    offset = 0
+                    while offset < len(view):
+                        offset += os.pwrite(fd, view[offset:offset + CHUNK * 8], offset)
+                    os.ftruncate(fd, len(data))
+                    if durable:
+                        os.fsync(fd)
+                    else:
+                        pending_sync.add_file(st.st_dev, fd)
+                finally:
+                    os.close(fd)
+                return
+        except OSError as exc:
+            raise errors.os_error(exc, opened.path, "write") from exc
+        finally:
+            os.close(opened.fd)
+    write_atomic(conf, path, data, max_file_bytes=max_file_bytes, create_parents=create_parents,
+                 follow_symlink=follow_symlink, durable=durable, report_previous=False)
+
+
+def _check_size(path: str, data: bytes, max_file_bytes: int) -> None:
+    if len(data) > max_file_bytes:
+        raise FsError(
+            f"cannot write {path}: the content is {len(data)} bytes and the limit (limits.max_file_bytes) is "
+            f"{max_file_bytes}. To proceed: write a smaller file.", path=path, errno=errno.EFBIG,
+        )
+
+
 def write_atomic(
     conf: Confinement,
     path: str,
@@ -66,12 +121,9 @@ def write_atomic(
     create_parents: bool = False,
     follow_symlink: bool = False,
     durable: bool = True,
+    report_previous: bool = True,
 ) -> WriteFileResult:
-    if len(data) > max_file_bytes:
-        raise FsError(
-            f"cannot write {path}: the content is {len(data)} bytes and the limit (limits.max_file_bytes) is "
-            f"{max_file_bytes}. To proceed: write a smaller file.", path=path, errno=errno.EFBIG,
-        )
+    _check_size(path, data, max_file_bytes)
     if follow_symlink:
         path = _follow_leaf(conf, path)
     if create_parents:
@@ -79,14 +131,14 @@ def write_atomic(
     else:
         parent, name = conf.open_parent(path, need="write", action="write")
     try:
-        return _replace(parent.fd, name, path, data, expected_sha256, must_not_exist, durable)
+        return _replace(parent.fd, name, path, data, expected_sha256, must_not_exist, durable, report_previous)
     finally:
         os.close(parent.fd)
 
 
 def _replace(
     dirfd: int, name: str, path: str, data: bytes, expected: str | None, must_not_exist: bool,
-    durable: bool = True,
+    durable: bool = True, report_previous: bool = True,
 ) -> WriteFileResult:
     before = lstat_at(dirfd, name, path)
     previous = None
@@ -101,7 +153,8 @@ def _replace(
                 f"cannot write {path}: it already exists and must_not_exist=true. To proceed: read it first, then "
                 "write with expected_sha256, or choose another name.", path=path, errno=errno.EEXIST,
             )
-        previous = _hash_at(dirfd, name, path)
+        if report_previous or expected is not None:
+            previous = _hash_at(dirfd, name, path)
     if expected is not None:
         _check_expected(path, expected, previous)
 
@@ -165,6 +218,10 @@ class _PendingSync:
     def add(self, device: int, dirfd: int) -> None:
         if device not in self._dirs:
             self._dirs[device] = os.readlink(f"/proc/self/fd/{dirfd}")
+
+    def add_file(self, device: int, fd: int) -> None:
+        if device not in self._dirs:
+            self._dirs[device] = os.path.dirname(os.readlink(f"/proc/self/fd/{fd}"))
 
     def flush(self) -> None:
         dirs, self._dirs = self._dirs, {}

@@ -12,6 +12,7 @@ import pytest
 
 from codespace.contract import FileSystem
 from codespace.testing import call_ok, connect
+import codespace_fs
 from codespace_fs import kernel
 from codespace_fs.plugin import codespace_doctor
 from codespace_fs.resolve import MODE_ENV, choose_mode
@@ -33,7 +34,7 @@ def test_codespace_plugins_shows_the_upstream_pin(ws, state):
     out = _cli("plugins", ws=ws, state=state)
     assert out.returncode == 0, out.stderr
     (fs,) = [p for p in json.loads(out.stdout) if p["name"] == "fs"]
-    assert fs["status"] == "loaded" and fs["distribution"] == "codespace-fs" and fs["version"] == "0.1.0"
+    assert fs["status"] == "loaded" and fs["distribution"] == "codespace-fs" and fs["version"] == codespace_fs.__version__
     assert fs["pin"] == {
         "project": "openai/codex", "release": "rust-v0.171.0",
         "components": ["codex-file-system", "codex-exec-server", "codex-utils-absolute-path", "codex-utils-path-uri"],

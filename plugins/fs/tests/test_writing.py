@@ -141,6 +141,42 @@ async def test_write_bytes_follow_symlink_for_the_patcher(backend_factory, ws, r
     assert info.value.errno == 21  # EISDIR
 
 
+async def test_write_bytes_in_place_keeps_the_inode_and_refuses_what_a_replace_refuses(
+    backend_factory, ws, outside, resolver
+):
+    backend = backend_factory()
+    target = ws / "t.txt"
+    target.write_bytes(b"a much longer old content\n")
+    os.chmod(target, 0o640)
+    before = target.stat()
+    for data in (b"short\n", b"longer than before, " * 1000, b""):
+        await backend.write_bytes(str(target), data, in_place=True, durable=False)
+        after = target.stat()
+        assert target.read_bytes() == data
+        assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+    await backend.sync()
+    # Another hard link (perhaps from outside the root) is never written through.
+    os.link(outside / "secret.txt", ws / "linked.txt")
+    await backend.write_bytes(str(ws / "linked.txt"), b"changed", in_place=True)
+    assert (ws / "linked.txt").read_text() == "changed" and (outside / "secret.txt").read_text() == "TOP SECRET\n"
+    # Links: in the root followed on request, leaving it refused, a leaf link refused otherwise.
+    (ws / "l.txt").symlink_to("t.txt")
+    await backend.write_bytes(str(ws / "l.txt"), b"via link", in_place=True, follow_symlink=True)
+    assert target.read_bytes() == b"via link" and target.stat().st_ino == before.st_ino
+    with pytest.raises(FsError):
+        await backend.write_bytes(str(ws / "l.txt"), b"x", in_place=True)
+    (ws / "out.txt").symlink_to(outside / "secret.txt")
+    with pytest.raises(FsError):
+        await backend.write_bytes(str(ws / "out.txt"), b"x", in_place=True, follow_symlink=True)
+    assert (outside / "secret.txt").read_text() == "TOP SECRET\n"
+    # Special files are refused without blocking; absent files are created.
+    os.mkfifo(ws / "fifo")
+    with pytest.raises(FsError):
+        await backend.write_bytes(str(ws / "fifo"), b"x", in_place=True)
+    await backend.write_bytes(str(ws / "new" / "n.txt"), b"made", in_place=True, create_parents=True)
+    assert (ws / "new" / "n.txt").read_bytes() == b"made"
+
+
 async def test_make_dir(app_factory, ws, mode):
     (ws / "file").write_text("")
     (ws / "dlink").symlink_to("somewhere")

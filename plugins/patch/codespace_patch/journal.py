@@ -10,17 +10,21 @@ Protocol:
    ``<id>.tmp``, fsynced, renamed to ``<id>.journal`` and the directory fsynced.
    The writer holds an exclusive ``flock`` on it for the whole commit; the kernel
    drops the lock when the process dies, even by SIGKILL.
-2. Deletions, then new directories, then writes go through the FileSystem backend
-   (each write is an atomic replace, so no file is ever torn).
+2. Deletions, then new directories, then writes go through the FileSystem backend.
+   A file that existed is rewritten in place (same inode, no flush per file: on
+   ext4 a replace by rename costs a flush each, 20-35 ms for 200 small files); a
+   new file is created by an atomic replace. One flush of the file system follows.
 3. The journal is unlinked.
 
 Recovery (at server start-up, at helper start, before an atomic apply) looks at
 every journal nobody holds a lock on: if every target already has its new state,
 the commit is complete and the journal is dropped; otherwise the commit is rolled
 back to the old contents. Both are idempotent: a crash during recovery leaves a
-journal that the next recovery handles the same way. A target whose current
-content is neither the old nor the new one was changed by someone else after the
-crash; it is left alone and reported.
+journal that the next recovery handles the same way. A target rewritten in place
+whose content is neither the old nor the new one may be torn by the crash: it is
+restored, and what was found there is kept beside the journal and reported (it
+may also be someone's later edit). Any other target holding a third content was
+changed by someone else after the crash; it is left alone and reported.
 
 New contents are recorded by hash only: recovery never has to write them,
 because it completes only a commit whose writes all landed.
@@ -55,6 +59,7 @@ class JournalEntry:
     path: str
     old: bytes | None
     new_sha256: str | None
+    in_place: bool = False  # rewritten on its inode: a crash may leave it torn
 
 
 @dataclass(slots=True)
@@ -79,7 +84,7 @@ def _encode(record: JournalRecord) -> bytes:
             old = [offset, len(entry.old)]
             blobs.append(entry.old)
             offset += len(entry.old)
-        entries.append({"path": entry.path, "old": old, "new_sha256": entry.new_sha256})
+        entries.append({"path": entry.path, "old": old, "new_sha256": entry.new_sha256, "in_place": entry.in_place})
     header = json.dumps(
         {"created": record.created, "pid": record.pid, "entries": entries, "dirs": record.dirs},
         ensure_ascii=False, separators=(",", ":"),
@@ -96,7 +101,7 @@ def _decode(data: bytes) -> JournalRecord:
     entries = []
     for item in header["entries"]:
         old = None if item["old"] is None else bytes(blobs[item["old"][0]:item["old"][0] + item["old"][1]])
-        entries.append(JournalEntry(item["path"], old, item["new_sha256"]))
+        entries.append(JournalEntry(item["path"], old, item["new_sha256"], bool(item.get("in_place", False))))
     return JournalRecord(entries, list(header["dirs"]), header.get("created", 0.0), header.get("pid", 0))
 
 
@@ -149,12 +154,13 @@ class Journal:
         os.close(self.fd)
 
 
+def _in_place(change: Change) -> bool:
+    return change.old is not None and change.new is not None
+
+
 def record_for(changes: list[Change], new_dirs: list[str]) -> JournalRecord:
-    entries = [JournalEntry(c.path, c.old, None if c.new is None else _sha(c.new)) for c in changes]
+    entries = [JournalEntry(c.path, c.old, None if c.new is None else _sha(c.new), _in_place(c)) for c in changes]
     return JournalRecord(entries, list(new_dirs), time.time(), os.getpid())
-
-
-WRITERS = 8  # writes in flight during a commit
 
 
 async def apply_changes(fs: FileSystem, changes: list[Change], new_dirs: list[str]) -> None:
@@ -163,35 +169,10 @@ async def apply_changes(fs: FileSystem, changes: list[Change], new_dirs: list[st
         if change.new is None:
             await fs.delete_file(change.path)
     await make_dirs(fs, new_dirs)
-    writes = [c for c in changes if c.new is not None]
-    if len(writes) < 4:
-        for change in writes:
-            await fs.write_bytes(change.path, change.new, create_parents=True, follow_symlink=True, durable=False)
-        await fs.sync()
-        return
-    # Targets are distinct paths, so their writes are independent: a backend that
-    # does its I/O on worker threads overlaps them (a 200-file patch is 200 atomic
-    # replaces, most of the commit). The journal covers whichever subset landed.
-    import anyio
-
-    errors: list[BaseException] = []
-    limiter = anyio.CapacityLimiter(WRITERS)
-
-    async def write(change: Change) -> None:
-        async with limiter:
-            if errors:
-                return
-            try:
-                await fs.write_bytes(change.path, change.new, create_parents=True, follow_symlink=True,
-                                     durable=False)
-            except Exception as exc:  # noqa: BLE001 - re-raised below, after the others stop
-                errors.append(exc)
-
-    async with anyio.create_task_group() as group:
-        for change in writes:
-            group.start_soon(write, change)
-    if errors:
-        raise errors[0]
+    for change in changes:
+        if change.new is not None:
+            await fs.write_bytes(change.path, change.new, create_parents=True, follow_symlink=True, durable=False,
+                                 in_place=_in_place(change))
     # The journal (flushed before the first write) covers a crash until here; one
     # flush of the file system then makes the whole commit durable, instead of two
     # fsyncs per file.
@@ -210,7 +191,7 @@ async def commit(fs: FileSystem, journal_dir: Path, changes: list[Change], new_d
         await apply_changes(fs, changes, new_dirs)
     except BaseException as exc:
         try:
-            skipped = await rollback(fs, journal.record, max_bytes)
+            skipped = await rollback(fs, journal.record, max_bytes, journal.path)
         except Exception as again:
             journal.keep()
             raise RollbackFailed(
@@ -251,9 +232,24 @@ async def _dir_exists(fs: FileSystem, path: str) -> bool:
         return False
 
 
-async def rollback(fs: FileSystem, record: JournalRecord, max_bytes: int) -> list[str]:
-    """Put every target back to its old state; returns targets left alone because
-    they hold content that is neither the old nor the new one."""
+def _keep_found(journal: Path, index: int, content: bytes) -> Path:
+    """What a torn (or since edited) in-place target held, kept beside its journal."""
+    kept = journal.with_name(f"{journal.name}.found-{index}")
+    fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return kept
+
+
+async def rollback(fs: FileSystem, record: JournalRecord, max_bytes: int, journal: Path) -> list[str]:
+    """Put every target back to its old state; returns what it could not simply
+    restore: targets left alone because they hold content that is neither the old
+    nor the new one, and in-place targets restored from such content (kept aside)."""
     skipped: list[str] = []
     for entry in record.entries:
         if entry.old is not None:
@@ -272,16 +268,19 @@ async def rollback(fs: FileSystem, record: JournalRecord, max_bytes: int) -> lis
                 await fs.remove(RemoveRequest(path=directory, recursive=True))
         except FsError:
             pass  # already gone, or someone put files in it: keep it
-    for entry in record.entries:
+    for index, entry in enumerate(record.entries):
         if entry.old is None:
             continue
         current = await _current(fs, entry.path, max_bytes)
         if current == entry.old:
             continue
-        if current is None or (entry.new_sha256 is not None and _sha(current) == entry.new_sha256):
-            await fs.write_bytes(entry.path, entry.old, create_parents=True, follow_symlink=True)
-        else:
-            skipped.append(entry.path)
+        if current is not None and (entry.new_sha256 is None or _sha(current) != entry.new_sha256):
+            if not entry.in_place:
+                skipped.append(entry.path)
+                continue
+            kept = _keep_found(journal, index, current)
+            skipped.append(f"{entry.path} (restored; what it held is kept in {kept})")
+        await fs.write_bytes(entry.path, entry.old, create_parents=True, follow_symlink=True, in_place=entry.in_place)
     return skipped
 
 
@@ -336,7 +335,7 @@ async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int) -> Recovery
                 if complete:
                     outcome.completed.append(str(path))
                 else:
-                    outcome.skipped_files += await rollback(fs, record, max_bytes)
+                    outcome.skipped_files += await rollback(fs, record, max_bytes, path)
                     outcome.rolled_back.append(str(path))
             except Exception as exc:  # noqa: BLE001 - keep the journal for the next attempt
                 log.error("patch journal %s: recovery failed: %s", path, exc)

@@ -58,8 +58,12 @@ class DirectStore:
             raise _read_failure(exc, path) from None
 
     async def write(self, path: str, data: bytes, *, create_parents: bool) -> None:
+        # Upstream rewrites an existing file on its own inode (std::fs::write): so does
+        # this mode, which keeps hard links out of it and leaves mode, owner and
+        # extended attributes alone, and skips ext4's flush of replaced files.
         try:
-            await self.fs.write_bytes(path, data, create_parents=create_parents, follow_symlink=True, durable=False)
+            await self.fs.write_bytes(path, data, create_parents=create_parents, follow_symlink=True, durable=False,
+                                      in_place=True)
         except FsError as exc:
             raise _failure(exc.message, exc.code) from None
 

@@ -135,13 +135,39 @@ async def test_recovery_completes_a_commit_whose_writes_all_landed(ws, state, fs
     assert snapshot(ws) == new and pending(state / "j") == []
 
 
-async def test_recovery_leaves_files_someone_changed_since(ws, state, fs):
+async def test_recovery_restores_a_torn_in_place_file_and_keeps_what_it_held(ws, state, fs):
+    """An existing file is rewritten in place, so a crash can leave it torn (or someone may
+    have edited it since): recovery restores it and keeps the content it found."""
     await _half_applied(ws, state, fs, 2)
-    (ws / "a.txt").write_text("edited by hand\n")
+    (ws / "a.txt").write_bytes(b"A")  # the new content half written
     outcome = await recover(fs, state / "j", MAX)
-    assert outcome.skipped_files == [str(ws / "a.txt")]
-    assert (ws / "a.txt").read_text() == "edited by hand\n"
-    assert (ws / "b.txt").read_text() == "b\n"
+    assert len(outcome.skipped_files) == 1 and outcome.skipped_files[0].startswith(f"{ws / 'a.txt'} (restored")
+    assert (ws / "a.txt").read_text() == "a\n" and (ws / "b.txt").read_text() == "b\n"
+    kept = [p for p in (state / "j").iterdir() if ".found-" in p.name]
+    assert [p.read_bytes() for p in kept] == [b"A"]
+    assert pending(state / "j") == []
+
+
+async def test_recovery_leaves_a_new_file_someone_changed_since(ws, state, fs):
+    """A file the patch created is written by atomic replace, never torn: a third content
+    there is someone's, and stays."""
+    await _half_applied(ws, state, fs, 4)
+    (ws / "new/deep/c.txt").write_text("edited by hand\n")
+    (ws / "a.txt").write_text("a\n")  # force a rollback
+    outcome = await recover(fs, state / "j", MAX)
+    assert outcome.skipped_files == [str(ws / "new/deep/c.txt")]
+    assert (ws / "new/deep/c.txt").read_text() == "edited by hand\n"
+    assert (ws / "b.txt").read_text() == "b\n" and (ws / "d.txt").read_text() == "d\n"
+
+
+async def test_commit_rewrites_existing_files_on_their_inode(ws, state, fs):
+    _old_tree(ws)
+    inode = (ws / "a.txt").stat().st_ino
+    os.link(ws / "d.txt", ws / "d-link.txt")  # another hard link: replaced, never written through
+    changes, dirs = _changes(ws)
+    await commit(fs, state / "j", changes, dirs, MAX)
+    assert (ws / "a.txt").stat().st_ino == inode and (ws / "a.txt").read_text() == "A\n"
+    assert (ws / "d.txt").read_text() == "D\n" and (ws / "d-link.txt").read_text() == "d\n"
 
 
 async def test_a_journal_whose_writer_is_alive_is_not_touched(ws, state, fs):

@@ -92,7 +92,7 @@ class TestFileSystem:
             os.close(fd)
 
     async def write_bytes(self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False,
-                          durable: bool = True) -> None:
+                          durable: bool = True, in_place: bool = False) -> None:
         self._check(path)
         if create_parents:
             try:
@@ -114,6 +114,17 @@ class TestFileSystem:
             if st.S_ISDIR(info.st_mode):
                 raise FsError(f"cannot write {path}: it is a directory", path=path, errno=errno.EISDIR)
             mode = st.S_IMODE(info.st_mode)
+            if in_place and st.S_ISREG(info.st_mode) and info.st_nlink == 1:
+                try:
+                    fd = os.open(target, os.O_WRONLY | os.O_CLOEXEC)
+                    try:
+                        os.pwrite(fd, data, 0)
+                        os.ftruncate(fd, len(data))
+                    finally:
+                        os.close(fd)
+                except OSError as exc:
+                    raise self._os_error(exc, path, "write") from None
+                return
         # The temporary name lives beside the workspace, not in it: a writer killed
         # between write and rename leaves nothing in the tree (a real backend would
         # clean its strays at start-up instead).
