@@ -43,6 +43,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
+
 from codespace.contract import FileSystem, FsError, ListDirRequest, RemoveRequest
 
 from .stores import Change, make_dirs
@@ -186,7 +189,9 @@ class RollbackFailed(Exception):
 async def commit(fs: FileSystem, journal_dir: Path, changes: list[Change], new_dirs: list[str], max_bytes: int) -> None:
     """Write the journal, apply ``changes``, drop the journal. On any failure the
     changes made so far are rolled back before the error propagates."""
-    journal = Journal.write(journal_dir, record_for(changes, new_dirs))
+    # On a worker thread: hashing and flushing a big file's old content take milliseconds
+    # that other sessions' calls should not wait for.
+    journal = await anyio.to_thread.run_sync(lambda: Journal.write(journal_dir, record_for(changes, new_dirs)))
     try:
         await apply_changes(fs, changes, new_dirs)
     except BaseException as exc:
