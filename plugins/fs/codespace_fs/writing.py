@@ -1,12 +1,15 @@
 """Writes and directory creation, through the parent directory's fd.
 
-A write never modifies a file in place: the new content goes to a temporary file
-in the same directory, is fsync'ed, and replaces the name with ``renameat``; then
-the directory is fsync'ed. A crash (kill -9, power loss) leaves the old content or
-the new one, never a mix, and a hard link to some other file is replaced rather
-than written through. The name is never followed: a link at the leaf is refused
-(``write_bytes(follow_symlink=True)`` resolves it first, inside the root, and
-writes the target the same way).
+A write never modifies a file in place: the new content goes to an unnamed file
+in the same directory (``O_TMPFILE``; a named hidden one where the file system
+lacks it), is fsync'ed, gets a name only once complete, and replaces the target
+with ``renameat``; then the directory is fsync'ed. A crash (kill -9, power loss)
+leaves the old content or the new one, never a mix, and a hard link to some other
+file is replaced rather than written through. The name is never followed: a link
+at the leaf is refused (``write_bytes(follow_symlink=True)`` resolves it first,
+inside the root, and writes the target the same way).
+
+The one exception is ``write_in_place``, for a caller that journals (apply_patch).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import errno
+import functools
 import hashlib
 import os
 import secrets
@@ -158,12 +162,8 @@ def _replace(
     if expected is not None:
         _check_expected(path, expected, previous)
 
-    tmp = f".{secrets.token_hex(8)}{TMP_SUFFIX}"
     mode = stat.S_IMODE(before.st_mode) if before is not None else 0o666
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode, dir_fd=dirfd)
-    except OSError as exc:
-        raise errors.os_error(exc, path, "write") from exc
+    fd, tmp = _open_temp(dirfd, mode, path)
     try:
         try:
             _write_all(fd, data)
@@ -178,24 +178,38 @@ def _replace(
                         pass
             if durable:
                 os.fsync(fd)
+            if expected is not None:
+                # Narrow the window between the hash check and the rename: if the file
+                # changed meanwhile, hash it again.
+                now = lstat_at(dirfd, name, path)
+                if not _same_version(before, now):
+                    current = _hash_at(dirfd, name, path) if now is not None and stat.S_ISREG(now.st_mode) else None
+                    _check_expected(path, expected, current)
+            if tmp is None:
+                # Unnamed until complete: a kill before this point leaves nothing behind.
+                if must_not_exist or before is None:
+                    try:
+                        _link_fd(fd, dirfd, name)
+                        tmp = ""  # in place under its own name: nothing to rename
+                    except FileExistsError:
+                        if must_not_exist:
+                            raise _created_meanwhile(path) from None
+                if tmp is None:
+                    tmp = f".{secrets.token_hex(8)}{TMP_SUFFIX}"
+                    _link_fd(fd, dirfd, tmp)
         finally:
             os.close(fd)
-        if expected is not None:
-            # Narrow the window between the hash check and the rename: if the file
-            # changed meanwhile, hash it again.
-            now = lstat_at(dirfd, name, path)
-            if not _same_version(before, now):
-                current = _hash_at(dirfd, name, path) if now is not None and stat.S_ISREG(now.st_mode) else None
-                _check_expected(path, expected, current)
-        if must_not_exist:
-            _rename_noreplace(dirfd, tmp, name, path)
-        else:
-            os.rename(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
+        if tmp:
+            if must_not_exist:
+                _rename_noreplace(dirfd, tmp, name, path)
+            else:
+                os.rename(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
     except BaseException as exc:
-        try:
-            os.unlink(tmp, dir_fd=dirfd)
-        except OSError:
-            pass
+        if tmp:
+            try:
+                os.unlink(tmp, dir_fd=dirfd)
+            except OSError:
+                pass
         if isinstance(exc, OSError):
             raise errors.os_error(exc, path, "write") from exc
         raise
@@ -262,26 +276,54 @@ def _check_expected(path: str, expected: str, current: str | None) -> None:
         )
 
 
+def _open_temp(dirfd: int, mode: int, path: str) -> tuple[int, str | None]:
+    """A file to write the new content into: an unnamed one (``O_TMPFILE``; name None)
+    where the file system offers it, so that a writer killed mid-write leaves no stray
+    file; otherwise a hidden temporary name beside the target."""
+    if _proc_fd_links():
+        try:
+            return os.open(".", os.O_TMPFILE | os.O_WRONLY | O_CLOEXEC, mode, dir_fd=dirfd), None
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+                raise errors.os_error(exc, path, "write") from exc
+    tmp = f".{secrets.token_hex(8)}{TMP_SUFFIX}"
+    try:
+        return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode, dir_fd=dirfd), tmp
+    except OSError as exc:
+        raise errors.os_error(exc, path, "write") from exc
+
+
+@functools.cache
+def _proc_fd_links() -> bool:
+    return os.path.isdir("/proc/self/fd")
+
+
+def _link_fd(fd: int, dirfd: int, name: str) -> None:
+    # linkat(AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH; through /proc it needs nothing.
+    os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dirfd, follow_symlinks=True)
+
+
+def _created_meanwhile(path: str) -> FsError:
+    return FsError(
+        f"cannot write {path}: it was created by someone else meanwhile and must_not_exist=true. To proceed: "
+        "read it, then decide.", path=path, errno=errno.EEXIST,
+    )
+
+
 def _rename_noreplace(dirfd: int, tmp: str, name: str, path: str) -> None:
     try:
         kernel.renameat2(dirfd, os.fsencode(tmp), dirfd, os.fsencode(name), kernel.RENAME_NOREPLACE)
         return
     except OSError as exc:
         if exc.errno == errno.EEXIST:
-            raise FsError(
-                f"cannot write {path}: it was created by someone else meanwhile and must_not_exist=true. To proceed: "
-                "read it, then decide.", path=path, errno=errno.EEXIST,
-            ) from None
+            raise _created_meanwhile(path) from None
         if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise
     # No RENAME_NOREPLACE on this file system: link(2) also refuses to replace.
     try:
         os.link(tmp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd, follow_symlinks=False)
     except FileExistsError:
-        raise FsError(
-            f"cannot write {path}: it was created by someone else meanwhile and must_not_exist=true.",
-            path=path, errno=errno.EEXIST,
-        ) from None
+        raise _created_meanwhile(path) from None
     os.unlink(tmp, dir_fd=dirfd)
 
 

@@ -21,7 +21,16 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-async def test_create_then_replace_reports_hashes(app_factory, ws, mode):
+@pytest.fixture(params=["unnamed", "named"])
+def temp_files(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """New content goes to an O_TMPFILE inode, or to a hidden named file where the file
+    system has no O_TMPFILE: both must behave alike."""
+    if request.param == "named":
+        monkeypatch.setattr("codespace_fs.writing._proc_fd_links", lambda: False)
+    return request.param
+
+
+async def test_create_then_replace_reports_hashes(app_factory, ws, mode, temp_files):
     async with connect(app_factory(), mode=mode) as client:
         out = await call_ok(client, "write_file", {"path": "new.txt", "content": "one\n"})
         assert out["created"] and out["previous_sha256"] is None and out["sha256"] == sha(b"one\n") and out["size"] == 4
@@ -31,7 +40,7 @@ async def test_create_then_replace_reports_hashes(app_factory, ws, mode):
     assert not [p for p in os.listdir(ws) if p.endswith(TMP_SUFFIX)]
 
 
-async def test_mode_is_preserved_and_new_files_follow_umask(app_factory, ws, mode):
+async def test_mode_is_preserved_and_new_files_follow_umask(app_factory, ws, mode, temp_files):
     script = ws / "run.sh"
     script.write_text("#!/bin/sh\n")
     os.chmod(script, 0o751)
@@ -62,7 +71,7 @@ async def test_expected_sha256_refuses_a_stale_write_with_the_current_hash(app_f
         assert error["code"] == "stale" and "does not exist" in error["message"]
 
 
-async def test_must_not_exist_and_create_parents(app_factory, ws, mode):
+async def test_must_not_exist_and_create_parents(app_factory, ws, mode, temp_files):
     (ws / "have.txt").write_text("keep")
     async with connect(app_factory(), mode=mode) as client:
         error = await call_error(client, "write_file", {"path": "have.txt", "content": "x", "must_not_exist": True})
