@@ -81,7 +81,7 @@ def write_in_place(
     if opened is not None:
         try:
             st = os.fstat(opened.fd)
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and _proc_fd_links():
                 # Reopened through the O_PATH descriptor: the same inode, whatever happened
                 # to the path meanwhile.
                 fd = os.open(f"/proc/self/fd/{opened.fd}", os.O_WRONLY | os.O_NOCTTY | O_CLOEXEC)

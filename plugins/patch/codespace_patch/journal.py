@@ -43,7 +43,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import anyio
 import anyio.to_thread
 
 from codespace.contract import FileSystem, FsError, ListDirRequest, RemoveRequest
