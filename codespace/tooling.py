@@ -189,11 +189,9 @@ def structured_result(result: BaseModel) -> dict[str, Any]:
     schema and pay per property present; three absent nulls save a quarter of that on
     ``read_file``. Required fields stay, null or not."""
     dumped = result.model_dump(mode="json")
-    omittable = _null_default_fields(type(result))
-    if omittable:
-        for name in omittable:
-            if dumped.get(name, 0) is None:
-                del dumped[name]
+    for name in _null_default_fields(type(result)):
+        if dumped.get(name, 0) is None:
+            del dumped[name]
     return dumped
 
 

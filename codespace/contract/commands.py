@@ -5,7 +5,6 @@ a Terminal backend only knows how to start a command on a pseudo-terminal and
 move bytes. A Sandbox backend rewrites a spec before either spawns it.
 """
 
-
 from typing import Protocol, runtime_checkable
 
 from pydantic import Field

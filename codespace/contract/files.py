@@ -4,7 +4,6 @@ Paths in requests reaching a backend are absolute and lexically normalised; the
 gateway has checked them against the policy. Paths in results are absolute too.
 """
 
-
 from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from typing_extensions import NotRequired, TypedDict

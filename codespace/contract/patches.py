@@ -1,6 +1,5 @@
 """apply_patch: the models the MCP tool and the Patcher backend share."""
 
-
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 

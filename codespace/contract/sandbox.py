@@ -1,6 +1,5 @@
 """The Sandbox backend contract: turn a command spec into a confined one."""
 
-
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field

@@ -5,7 +5,6 @@ keys are errors (a typo must not silently weaken a rule), and every error names
 the file, the field and the problem.
 """
 
-
 import tomllib
 from pathlib import Path
 from typing import Literal

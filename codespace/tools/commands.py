@@ -5,7 +5,6 @@ come from the Terminal backend (plugins/pty), and every command is wrapped by th
 Sandbox backend when the policy calls for one.
 """
 
-
 import os
 import signal
 import time

@@ -1,7 +1,6 @@
 """The file tools. Schemas live here, in the core, so they stay stable whichever
 plugin provides the FileSystem backend; the backend is the mechanism."""
 
-
 import json
 
 from ..contract import (

@@ -1,6 +1,5 @@
 """get_operation and list_operations: what the operation store knows."""
 
-
 from typing import Any, Literal
 
 from pydantic import Field

@@ -1,6 +1,5 @@
 """apply_patch: V4A patches through the Patcher backend, every target checked first."""
 
-
 from pydantic import Field
 
 from ..contract import PatchRequest, PatchResult

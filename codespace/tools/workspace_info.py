@@ -1,6 +1,5 @@
 """workspace_info: roots, effective policy, plugins, sandbox engine, limits."""
 
-
 from typing import Any
 
 from pydantic import Field

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp_types import PROTOCOL_VERSION_META_KEY
-from pydantic_core import PydanticSerializationError, to_json
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic_core import PydanticSerializationError, to_json
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -148,7 +148,7 @@ class DirectToolCalls:
             self._in_flight -= 1
 
     async def _answer(self, request_id: Any, name: str, arguments: dict[str, Any] | None, token: Any,
-                    modern: bool, client: str | None, send: Send) -> None:
+                      modern: bool, client: str | None, send: Send) -> None:
         async def progress(done: float, total: float | None, message: str | None) -> None:
             if token is None:
                 return

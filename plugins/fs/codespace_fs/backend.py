@@ -108,17 +108,11 @@ class FsBackend:
         self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False,
         durable: bool = True, in_place: bool = False,
     ) -> None:
-        if in_place:
-            run = partial(
-                writing.write_in_place, self.conf, path, data, max_file_bytes=self.limits.max_file_bytes,
-                create_parents=create_parents, follow_symlink=follow_symlink, durable=durable,
-            )
-        else:
-            run = partial(
-                writing.write_atomic, self.conf, path, data, max_file_bytes=self.limits.max_file_bytes,
-                create_parents=create_parents, follow_symlink=follow_symlink, durable=durable,
-                report_previous=False,
-            )
+        write = writing.write_in_place if in_place else partial(writing.write_atomic, report_previous=False)
+        run = partial(
+            write, self.conf, path, data, max_file_bytes=self.limits.max_file_bytes,
+            create_parents=create_parents, follow_symlink=follow_symlink, durable=durable,
+        )
         if not durable and len(data) <= INLINE_READ_BYTES:
             run()  # no fsync to wait for: cheaper than a worker-thread hop
             return

@@ -6,8 +6,8 @@ machinery. Measured (benchmarks/README-proxy.md), that held a CONNECT tunnel to 
 direct loopback connection and added over a millisecond per connection. Here a socket is
 read and written directly, waiting for readiness only when it would block. An established
 tunnel copies through a buffer that grows with the stream (64 KiB, up to 1 MiB while reads
-keep filling it): measured against ``splice(2)`` through a 1 MiB pipe, the copy carried
-0.58-0.64x a direct connection's throughput where splice carried 0.41-0.53x, because the
+keep filling it): measured against ``splice(2)`` through a 1 MiB pipe, the copy carries
+0.54-0.73x a direct connection's throughput where splice carried 0.41-0.53x, because the
 reading end receives spliced pages as many small fragments and spends twice the CPU on them.
 """
 
