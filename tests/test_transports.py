@@ -83,7 +83,7 @@ async def test_stdio_survives_garbage_and_huge_lines(ws, state):
         assert proc.wait(timeout=20) == 0
 
 
-def test_stdio_pipelined_lines_are_all_answered_in_order(ws, state):
+def test_stdio_pipelined_lines_are_all_answered(ws, state):
     """One write carrying SDK requests, direct tool calls and garbage, then end of input
     with an unterminated last line: every request is answered exactly once."""
     lines = [
