@@ -63,13 +63,7 @@ class DirectToolCalls:
         self._negotiated: str | None = None
         self._client: str | None = None
         self._running: dict[Any, anyio.CancelScope] = {}
-        self._in_flight = 0  # calls taken and not yet answered
-
-    async def settle(self) -> None:
-        """Wait until every call taken so far is answered (at end of input: a client that
-        closed its side after its last request still reads the answers)."""
-        while self._in_flight:
-            await anyio.sleep(0.005)
+        self.in_flight = 0  # calls taken and not yet answered
 
     def observe_outgoing(self, data: str) -> None:
         """Learn the version the SDK's ``initialize`` answer settled on."""
@@ -137,7 +131,7 @@ class DirectToolCalls:
         if modern:
             info = meta.get(CLIENT_INFO_META_KEY)
             client = info.get("name") if isinstance(info, dict) else None
-        self._in_flight += 1
+        self.in_flight += 1
         tg.start_soon(self._call, request_id, name, arguments, meta.get("progressToken"), modern, client, send)
         return True
 
@@ -145,7 +139,7 @@ class DirectToolCalls:
         try:
             await self._answer(*args)
         finally:
-            self._in_flight -= 1
+            self.in_flight -= 1
 
     async def _answer(self, request_id: Any, name: str, arguments: dict[str, Any] | None, token: Any,
                       modern: bool, client: str | None, send: Send) -> None:

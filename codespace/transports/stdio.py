@@ -81,6 +81,18 @@ async def _read_chunk(fd: int, pollable: bool) -> bytes:
     return await read_some(fd, READ_CHUNK)
 
 
+def _lines(pending: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
+    """The complete lines once ``chunk`` is added to ``pending``, and what remains; at end
+    of input (``chunk`` empty) a last line without its newline still counts."""
+    if not chunk:
+        return [pending], b""
+    pending += chunk
+    if b"\n" not in chunk:
+        return [], pending
+    *lines, rest = pending.split(b"\n")
+    return lines, rest
+
+
 def _parse_error(line: bytes, exc: Exception) -> bytes:
     """JSON-RPC 2.0 wants an answer even to a line we cannot use (the SDK stays silent,
     leaving a client waiting forever)."""
@@ -124,10 +136,10 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
     unanswered: set[object] = set()
 
     async def settle() -> None:
-        if direct is not None:
-            await direct.settle()
+        """At end of input: wait until every request received is answered (a client that
+        closed its side after its last request still reads the answers)."""
         with anyio.move_on_after(SETTLE_LIMIT_S):
-            while unanswered:
+            while unanswered or (direct is not None and direct.in_flight):
                 await anyio.sleep(0.005)
 
     def take(line: bytes) -> bool:
@@ -193,17 +205,13 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
                 return
             except OSError:
                 chunk = b""
+            lines, pending = _lines(pending, chunk)
+            accept(lines)
             if not chunk:
                 loop.remove_reader(claim.read_fd)
                 done = True
-                accept([pending])  # a last line without its newline still counts
                 backlog.append(None)
                 backlog_ready.set()
-                return
-            pending += chunk
-            if b"\n" in chunk:
-                *lines, pending = pending.split(b"\n")
-                accept(lines)
 
         def pause() -> None:
             loop.remove_reader(claim.read_fd)
@@ -224,13 +232,7 @@ async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterato
         async with inbound_send:
             while True:
                 chunk = await _read_chunk(claim.read_fd, claim.read_pollable)
-                if not chunk:
-                    lines, pending = [pending], b""  # a last line without its newline still counts
-                else:
-                    pending += chunk
-                    if b"\n" not in chunk:
-                        continue
-                    *lines, pending = pending.split(b"\n")
+                lines, pending = _lines(pending, chunk)
                 for line in lines:
                     if line.strip() and not take(line):
                         await to_sdk(line)

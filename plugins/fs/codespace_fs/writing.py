@@ -94,7 +94,7 @@ def write_in_place(
                     if durable:
                         os.fsync(fd)
                     else:
-                        pending_sync.add_file(st.st_dev, fd)
+                        pending_sync.add(st.st_dev, fd)
                 finally:
                     os.close(fd)
                 return
@@ -229,13 +229,11 @@ class _PendingSync:
     def __init__(self) -> None:
         self._dirs: dict[int, str] = {}
 
-    def add(self, device: int, dirfd: int) -> None:
+    def add(self, device: int, fd: int) -> None:
+        """``fd``: a directory written in, or a file written (its directory is kept)."""
         if device not in self._dirs:
-            self._dirs[device] = os.readlink(f"/proc/self/fd/{dirfd}")
-
-    def add_file(self, device: int, fd: int) -> None:
-        if device not in self._dirs:
-            self._dirs[device] = os.path.dirname(os.readlink(f"/proc/self/fd/{fd}"))
+            where = os.readlink(f"/proc/self/fd/{fd}")
+            self._dirs[device] = where if stat.S_ISDIR(os.fstat(fd).st_mode) else os.path.dirname(where)
 
     def flush(self) -> None:
         dirs, self._dirs = self._dirs, {}

@@ -107,6 +107,12 @@ def _decode(data: bytes) -> JournalRecord:
     return JournalRecord(entries, list(header["dirs"]), header.get("created", 0.0), header.get("pid", 0))
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -132,9 +138,7 @@ class Journal:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            data = memoryview(_encode(record))
-            while data:
-                data = data[os.write(fd, data):]
+            _write_all(fd, _encode(record))
             os.fsync(fd)
             os.rename(tmp, final)
             _fsync_dir(journal_dir)
@@ -241,9 +245,7 @@ def _keep_found(journal: Path, index: int, content: bytes) -> Path:
     kept = journal.with_name(f"{journal.name}.found-{index}")
     fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        view = memoryview(content)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, content)
         os.fsync(fd)
     finally:
         os.close(fd)

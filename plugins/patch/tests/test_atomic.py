@@ -84,7 +84,7 @@ async def test_a_failing_write_mid_commit_is_rolled_back_at_once(ws, state, fs, 
     assert pending(state / "j") == []
 
 
-async def test_a_failing_write_among_concurrent_writes_is_rolled_back(ws, state, fs):
+async def test_a_failing_write_among_many_is_rolled_back(ws, state, fs):
     write(ws, {f"f{i}.txt": f"{i}\n" for i in range(20)})
     before = snapshot(ws)
     changes = [Change(str(ws / f"f{i}.txt"), f"{i}\n".encode(), f"{i} new\n".encode()) for i in range(20)]
