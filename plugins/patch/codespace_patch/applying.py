@@ -2,10 +2,19 @@
 
 All chunks are located first; only when every one is found is the new text
 built, so one unmatched chunk leaves the file as it was.
+
+Two ways to get there, with one result. The common case (an LF-only file whose
+last line is terminated, every chunk found by the exact pass) works on the text
+itself: each chunk's lines joined are one substring search, and the new text is
+the old one's untouched spans around the edits, so a 20,000-line file is never
+split into lines. Anything else (CR endings, an unterminated last line, a chunk
+that needs a looser pass or upstream's retry) takes the line-by-line path, which
+runs the four passes of :mod:`codespace_patch.seek`.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from .diagnose import context_hint, lines_hint
@@ -15,10 +24,60 @@ from .parser import Chunk
 from .seek import Seeker
 
 
+class TextLines:
+    """The lines of an LF-only, terminated text, located from known (line, offset)
+    anchors: a diff asks only for lines at or next to an edit, so the text is never
+    split whole."""
+
+    __slots__ = ("text", "count", "_lines", "_offsets", "_at")
+    ends_unterminated = False
+
+    def __init__(self, text: str, count: int, anchors: list[tuple[int, int]]) -> None:
+        self.text = text
+        self.count = count
+        points = [(0, 0), *anchors, (count, len(text))]  # sorted by line, as the edits are
+        self._lines = [line for line, _ in points]
+        self._offsets = [offset for _, offset in points]
+        self._at = dict(points)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def render(self) -> str:
+        return self.text
+
+    def span(self, start: int, stop: int) -> str:
+        """Lines ``start`` to ``stop`` as they stand in the text."""
+        at = self._at
+        begin = at.get(start)
+        if begin is None:
+            begin = self._walk_to(start)
+        end = at.get(stop)
+        if end is None:
+            end = self._walk_to(stop)
+        return self.text[begin:end]
+
+    def _walk_to(self, line: int) -> int:
+        """Where ``line`` starts, walking from the nearer anchor (a diff's context
+        lines are at most a few lines from one)."""
+        k = bisect_right(self._lines, line) - 1
+        below, above = self._lines[k], self._lines[k + 1]
+        text = self.text
+        if line - below <= above - line:
+            offset = self._offsets[k]
+            for _ in range(line - below):
+                offset = text.index("\n", offset) + 1
+            return offset
+        offset = self._offsets[k + 1]
+        for _ in range(above - line):
+            offset = text.rfind("\n", 0, offset - 1) + 1
+        return offset
+
+
 @dataclass(slots=True)
 class Rewrite:
-    old: Lines
-    new: Lines
+    old: Lines | TextLines
+    new: Lines | TextLines
     # Runs of lines carried over unchanged, as (old start, new start, length):
     # what the unified diff needs to know, without diffing 20,000 lines again.
     kept: list[tuple[int, int, int]]
@@ -36,6 +95,120 @@ Edit = tuple[int, int, list[str]]
 
 def rewrite(text: str, chunks: list[Chunk], path: str) -> Rewrite:
     """Apply ``chunks`` to ``text`` (the content of ``path``, for messages)."""
+    if text.endswith("\n") and "\r" not in text:
+        done = _rewrite_text(text, chunks)
+        if done is not None:
+            return done
+    return rewrite_by_lines(text, chunks, path)
+
+
+# -- the text path ------------------------------------------------------------------
+
+
+def _find_lines(text: str, block: str, offset: int) -> int:
+    """The first line start at or after ``offset`` where ``block`` (whole lines, each
+    with its LF) stands in ``text``; -1 when none does."""
+    while True:
+        found = text.find(block, offset)
+        if found <= 0 or text[found - 1] == "\n":
+            return found
+        offset = found + 1
+
+
+def _rewrite_text(text: str, chunks: list[Chunk]) -> Rewrite | None:
+    """The rewrite when every chunk is found by the exact pass; None as soon as one is not."""
+    size = len(text)
+    cursor = 0  # offset of the first line a chunk may match, a line start
+    line = counted = 0  # ``line`` is the number of the line starting at offset ``counted``
+    # (old line, removed lines, added texts, old start offset, old end offset)
+    edits: list[tuple[int, int, list[str], int, int]] = []
+    appended: list[int] = []
+    for chunk in chunks:
+        if chunk.context:
+            found = _find_lines(text, chunk.context + "\n", cursor)
+            if found < 0:
+                return None
+            cursor = found + len(chunk.context) + 1
+        pattern = chunk.old
+        if not pattern:
+            appended.append(len(edits))  # after the last line, numbered below
+            edits.append((-1, 0, [text for _, text in chunk.lines], size, size))
+            continue
+        block = "\n".join(pattern) + "\n"
+        if chunk.end_of_file:
+            found = size - len(block)
+            if found < cursor or not text.endswith(block) or (found and text[found - 1] != "\n"):
+                return None
+        else:
+            found = _find_lines(text, block, cursor)
+            if found < 0:
+                return None
+        line += text.count("\n", counted, found)
+        counted = found
+        _text_edits(chunk, line, found, edits)
+        cursor = found + len(block)
+    count = line + text.count("\n", counted)
+    if appended:
+        for index in appended:
+            edits[index] = (count, *edits[index][1:])
+        edits.sort(key=lambda e: e[0])
+    pieces: list[str] = []
+    kept: list[tuple[int, int, int]] = []
+    old_anchors: list[tuple[int, int]] = []
+    new_anchors: list[tuple[int, int]] = []
+    source = source_offset = 0
+    new_line = new_offset = 0
+    for start, length, added, offset, end in edits:
+        if start > source:
+            kept.append((source, new_line, start - source))
+            pieces.append(text[source_offset:offset])
+            new_line += start - source
+            new_offset += offset - source_offset
+        old_anchors.append((start, offset))
+        old_anchors.append((start + length, end))
+        new_anchors.append((new_line, new_offset))
+        if added:
+            inserted = "\n".join(added) + "\n"
+            pieces.append(inserted)
+            new_line += len(added)
+            new_offset += len(inserted)
+        new_anchors.append((new_line, new_offset))
+        if start + length > source:
+            source, source_offset = start + length, end
+    if source < count:
+        kept.append((source, new_line, count - source))
+        pieces.append(text[source_offset:])
+        new_line += count - source
+    new_text = "".join(pieces)
+    return Rewrite(TextLines(text, count, old_anchors), TextLines(new_text, new_line, new_anchors), kept)
+
+
+def _text_edits(chunk: Chunk, line: int, offset: int, edits: list) -> None:
+    """:func:`_edits` for a chunk matched whole at ``line`` (text ``offset``), each run
+    also with its old start and end offsets."""
+    run_line, run_offset, removed, added = line, offset, 0, []
+    for kind, text in chunk.lines:
+        if kind == "+":
+            added.append(text)
+            continue
+        if kind == " " and (removed or added):
+            edits.append((run_line, removed, added, run_offset, offset))
+            removed, added = 0, []
+        line += 1
+        offset += len(text) + 1
+        if kind == " ":
+            run_line, run_offset = line, offset
+        else:
+            removed += 1
+    if removed or added:
+        edits.append((run_line, removed, added, run_offset, offset))
+
+
+# -- the line path --------------------------------------------------------------------
+
+
+def rewrite_by_lines(text: str, chunks: list[Chunk], path: str) -> Rewrite:
+    """:func:`rewrite` line by line, every pass available."""
     old = Lines.parse(text)
     seeker = Seeker(old.texts)
     n = len(old.texts)

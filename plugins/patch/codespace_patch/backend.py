@@ -4,6 +4,7 @@ hands to ``apply``."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 from pathlib import Path
@@ -15,7 +16,7 @@ from codespace.policy import normalize
 
 from . import diff
 from .errors import PatchError, ParseError
-from .journal import RollbackFailed, commit, describe, pending, recover
+from .journal import Journal, JournalFailed, RollbackFailed, Staged, commit, describe, pending, recover, settle, stage
 from .parser import AddFile, DeleteFile, Patch, parse_patch
 from .sections import Done, Run, run_sections
 from .stores import DirectStore, OverlayStore
@@ -94,6 +95,14 @@ def _target(path: str, action: str, role: str = "target") -> PatchTarget:
     return PatchTarget.model_construct(path=path, action=action, role=role)
 
 
+def _journal_failed(journal_dir: Path, exc: BaseException | None) -> ToolError:
+    return ToolError(
+        f"the atomic commit could not write its journal in {journal_dir} ({exc}); no file was changed. "
+        "Free space in the state directory, or use mode='upstream'.",
+        code="patch_commit_failed",
+    )
+
+
 class PatchBackend:
     """Patcher for one workspace (``max_bytes``: the policy's largest file)."""
 
@@ -103,6 +112,7 @@ class PatchBackend:
         # One patch at a time per workspace: atomic mode computes from what it read,
         # so another patch committing in between would be overwritten.
         self._lock = anyio.Lock()
+        self._settling: asyncio.Task[None] | None = None
 
     def parse(self, patch: str) -> Patch:
         cached = self._parsed.get(patch)
@@ -152,6 +162,7 @@ class PatchBackend:
             return normalize(path, cwd)
 
         async with self._lock:
+            await self.settled()
             if request.mode == "upstream" and not request.dry_run:
                 return await self._apply_upstream(patch, resolve, fs, cwd)
             await self.recover(fs, journal_dir)
@@ -160,9 +171,19 @@ class PatchBackend:
                 run = await run_sections(patch, resolve, store, want_diff=True)
             except PatchError as exc:
                 raise as_tool_error(exc, mode=request.mode, changed=False) from None
-            if not request.dry_run:
-                await self._commit(fs, journal_dir, store)
-            return result_of(run, cwd, applied=not request.dry_run)
+            if request.dry_run:
+                return result_of(run, cwd, applied=False)
+            staged = self._stage(journal_dir, store)
+            if staged is None:
+                return result_of(run, cwd, applied=True)
+            try:
+                # The answer (diffs included) is built while the disk writes the journal.
+                result = result_of(run, cwd, applied=True)
+            except BaseException:
+                staged.discard()
+                raise
+            await self._commit(fs, staged)
+            return result
 
     async def _apply_upstream(self, patch: Patch, resolve, fs: FileSystem, cwd: str) -> PatchResult:
         run = Run()
@@ -170,7 +191,7 @@ class PatchBackend:
             try:
                 await run_sections(patch, resolve, DirectStore(fs, self.max_bytes), want_diff=True, run=run)
             finally:
-                await fs.sync()  # section writes skip their own flushes (upstream flushes none)
+                self._settle_later(fs, None)  # section writes skip their own flushes (upstream flushes none)
         except PatchError as exc:
             kept = [f"{'A' if d.action == 'add' else 'D' if d.action == 'delete' else 'M'} {d.shown}" for d in run.done]
             if kept:
@@ -181,14 +202,22 @@ class PatchBackend:
             raise as_tool_error(exc, mode="upstream", applied_before_failure=kept) from None
         return result_of(run, cwd, applied=True)
 
-    async def _commit(self, fs: FileSystem, journal_dir: Path, store: OverlayStore) -> None:
+    def _stage(self, journal_dir: Path, store: OverlayStore) -> Staged | None:
         changes = store.changes()
         if not changes and not store.new_dirs:
-            return
+            return None
+        try:
+            return stage(journal_dir, changes, store.new_dirs)
+        except OSError as exc:
+            raise _journal_failed(journal_dir, exc) from exc
+
+    async def _commit(self, fs: FileSystem, staged: Staged) -> None:
         # A cancelled call must not stop a commit half-way; the journal covers crashes.
         with anyio.CancelScope(shield=True):
             try:
-                await commit(fs, journal_dir, changes, store.new_dirs, self.max_bytes)
+                self._settle_later(fs, await commit(fs, staged, self.max_bytes))
+            except JournalFailed as exc:
+                raise _journal_failed(staged.journal.path.parent, exc.__cause__) from exc
             except RollbackFailed as exc:
                 raise ToolError(str(exc), code="patch_commit_failed") from exc
             except ToolError as exc:
@@ -196,6 +225,19 @@ class PatchBackend:
                     f"the atomic commit failed and was rolled back; no file was changed. Cause: {exc.message}",
                     code="patch_commit_failed", details=exc.details,
                 ) from exc
+
+    def _settle_later(self, fs: FileSystem, journal: Journal | None) -> None:
+        """Flush the writes (and drop the journal) after the answer: the next apply
+        waits for it, so commits in one workspace never overlap."""
+        self._settling = asyncio.get_running_loop().create_task(settle(fs, journal))
+
+    async def settled(self) -> None:
+        """Wait until the last apply's writes are flushed and its journal dropped."""
+        task = self._settling
+        if task is not None:
+            await asyncio.shield(task)  # a cancelled waiter must not cancel the flush
+            if self._settling is task:
+                self._settling = None
 
     async def recover(self, fs: FileSystem, journal_dir: Path) -> None:
         if not pending(journal_dir):

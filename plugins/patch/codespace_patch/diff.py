@@ -7,21 +7,36 @@ instead of a SequenceMatcher over the whole file.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .line_endings import Lines
+
+
+class LineView(Protocol):
+    """What a diff reads of a file's lines (:class:`Lines`, or the text path's view)."""
+
+    ends_unterminated: bool  # the last line has no terminator
+
+    def __len__(self) -> int: ...
+
+    def span(self, start: int, stop: int) -> str:
+        """Lines ``start`` to ``stop``, each followed by LF (whatever its own terminator)."""
 
 CONTEXT = 3
 NO_NEWLINE = "\\ No newline at end of file"
 
 
-def _equal_blocks(old: Lines, new: Lines, kept: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+def _equal_blocks(old: LineView, new: LineView, kept: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
     """``kept`` merged, minus lines whose terminator changed (an unterminated last line)."""
     blocks: list[tuple[int, int, int]] = []
     for i, j, n in kept:
         if n <= 0:
             continue
-        # Only the old last line can lack a terminator; if it gained one, it changed.
+        # Only a last line can lack a terminator; if it gained or lost one, it changed.
         last = i + n - 1
-        if last == len(old.texts) - 1 and old.terms[last] != new.terms[j + n - 1]:
+        old_open = last == len(old) - 1 and old.ends_unterminated
+        new_open = j + n - 1 == len(new) - 1 and new.ends_unterminated
+        if old_open != new_open:
             n -= 1
             if n == 0:
                 continue
@@ -40,20 +55,23 @@ def _range(start: int, stop: int) -> str:
     return f"{start if length == 0 else start + 1},{length}"
 
 
-def _lines(prefix: str, lines: Lines, start: int, stop: int) -> list[str]:
-    out = [f"{prefix}{text}\n" for text in lines.texts[start:stop]]
-    if stop == len(lines.texts) and stop > start and lines.terms[stop - 1] == "":
-        out.append(NO_NEWLINE + "\n")
-    return out
+def _lines(out: list[str], prefix: str, span: str, at_open_end: bool) -> None:
+    """Append a span's lines as diff lines; ``at_open_end``: they end the file, unterminated."""
+    if span:
+        # Whole spans at once: a line's text never holds an LF, so every LF but the
+        # last starts a new diff line.
+        out.append(prefix + span[:-1].replace("\n", "\n" + prefix) + "\n")
+        if at_open_end:
+            out.append(NO_NEWLINE + "\n")
 
 
 def unified(
-    old: Lines | None, new: Lines | None, kept: list[tuple[int, int, int]], a_label: str, b_label: str
+    old: LineView | None, new: LineView | None, kept: list[tuple[int, int, int]], a_label: str, b_label: str
 ) -> str:
     """A unified diff (3 lines of context) of ``old`` -> ``new``; ``None`` means the file is absent."""
-    old_lines = old or Lines([], [], "\n")
-    new_lines = new or Lines([], [], "\n")
-    n_old, n_new = len(old_lines.texts), len(new_lines.texts)
+    old_lines = Lines([], [], "\n") if old is None else old
+    new_lines = Lines([], [], "\n") if new is None else new
+    n_old, n_new = len(old_lines), len(new_lines)
     blocks = _equal_blocks(old_lines, new_lines, kept) + [(n_old, n_new, 0)]
     changes: list[tuple[int, int, int, int]] = []
     i = j = 0
@@ -70,6 +88,7 @@ def unified(
             hunks[-1].append(change)
         else:
             hunks.append([change])
+    old_open, new_open = old_lines.ends_unterminated, new_lines.ends_unterminated
     out = [f"--- {a_label if old is not None else '/dev/null'}\n", f"+++ {b_label if new is not None else '/dev/null'}\n"]
     for hunk in hunks:
         first, last = hunk[0], hunk[-1]
@@ -80,11 +99,11 @@ def unified(
         out.append(f"@@ -{_range(o1, o2)} +{_range(n1, n2)} @@\n")
         i = o1
         for ci1, ci2, cj1, cj2 in hunk:
-            out += _lines(" ", old_lines, i, ci1)
-            out += _lines("-", old_lines, ci1, ci2)
-            out += _lines("+", new_lines, cj1, cj2)
+            _lines(out, " ", old_lines.span(i, ci1), False)
+            _lines(out, "-", old_lines.span(ci1, ci2), ci2 == n_old and old_open)
+            _lines(out, "+", new_lines.span(cj1, cj2), cj2 == n_new and new_open)
             i = ci2
-        out += _lines(" ", old_lines, i, o2)
+        _lines(out, " ", old_lines.span(i, o2), o2 == n_old and old_open)
     return "".join(out)
 
 

@@ -7,14 +7,21 @@ Protocol:
    ``journal_dir`` (outside the workspace; plain file I/O is fine there): every
    target's old content (or "absent"), the SHA-256 of its new content (or
    "absent"), and the directories the patch creates. It is written as
-   ``<id>.tmp``, fsynced, renamed to ``<id>.journal`` and the directory fsynced.
-   The writer holds an exclusive ``flock`` on it for the whole commit; the kernel
-   drops the lock when the process dies, even by SIGKILL.
+   ``<id>.tmp`` as soon as the changes are known (:func:`stage`), and a worker
+   thread at once fsyncs it, renames it to ``<id>.journal`` and fsyncs the
+   directory, while the caller builds its answer; the commit waits for that seal. The writer holds an
+   exclusive ``flock`` on it for the whole commit; the kernel drops the lock when
+   the process dies, even by SIGKILL.
 2. Deletions, then new directories, then writes go through the FileSystem backend.
    A file that existed is rewritten in place (same inode, no flush per file: on
    ext4 a replace by rename costs a flush each, 20-35 ms for 200 small files); a
-   new file is created by an atomic replace. One flush of the file system follows.
-3. The journal is unlinked.
+   new file is created by an atomic replace. The commit is done: its caller answers.
+3. :func:`settle` (the Patcher runs it in the background, and waits for it before
+   its next apply) flushes the file system once and drops the journal. Until then
+   a crash, a power loss included, finds the journal and completes or rolls back
+   the commit: the patch is never half-applied, and at worst a power loss within
+   that millisecond undoes a patch already reported, as it would drop the
+   operation store's record of it (SQLite ``synchronous=NORMAL``).
 
 Recovery (at server start-up, at helper start, before an atomic apply) looks at
 every journal nobody holds a lock on: if every target already has its new state,
@@ -32,18 +39,22 @@ because it completes only a commit whose writes all landed.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import logging
 import os
 import secrets
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import anyio.to_thread
+import anyio
 
 from codespace.contract import FileSystem, FsError, ListDirRequest, RemoveRequest
 
@@ -54,6 +65,18 @@ log = logging.getLogger(__name__)
 MAGIC = b"codespace-patch-journal 1\n"
 SUFFIX = ".journal"
 TMP_SUFFIX = ".tmp"
+RETIRED_SUFFIX = ".done"  # finished, awaiting its unlink; never read
+
+
+@functools.cache
+def _workers() -> ThreadPoolExecutor:
+    """Threads for journal seals and unlinks: plain threads, since a seal starts from
+    synchronous code and must not queue behind the event loop's worker threads."""
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="codespace-patch-journal")
+
+
+def _unlink_later(path: Path) -> None:
+    _workers().submit(path.unlink, missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +99,9 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _encode(record: JournalRecord) -> bytes:
+def _encode(record: JournalRecord) -> list[bytes]:
+    """The journal's bytes, as pieces: joining a big file's old content into one
+    buffer would only copy it once more."""
     blobs: list[bytes] = []
     offset = 0
     entries = []
@@ -91,7 +116,7 @@ def _encode(record: JournalRecord) -> bytes:
         {"created": record.created, "pid": record.pid, "entries": entries, "dirs": record.dirs},
         ensure_ascii=False, separators=(",", ":"),
     ).encode("utf-8", "surrogateescape")
-    return b"".join([MAGIC, header, b"\n", *blobs])
+    return [MAGIC + header + b"\n", *blobs]
 
 
 def _decode(data: bytes) -> JournalRecord:
@@ -113,6 +138,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _write_pieces(fd: int, pieces: list[bytes]) -> None:
+    """Write ``pieces`` in order with as few calls as writev allows."""
+    views = [memoryview(p) for p in pieces if p]
+    first = 0
+    while first < len(views):
+        written = os.writev(fd, views[first:first + _IOV_MAX])
+        while written:
+            size = len(views[first])
+            if written < size:
+                views[first] = views[first][written:]
+                break
+            written -= size
+            first += 1
+
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -128,32 +171,78 @@ class Journal:
         self.path = path
         self.fd = fd
         self.record = record
+        self._sealing: Future[None] | None = None
 
     @classmethod
-    def write(cls, journal_dir: Path, record: JournalRecord) -> Journal:
+    def stage(cls, journal_dir: Path, record: JournalRecord) -> Journal:
+        """Write the journal under its temporary name and start sealing it on a worker
+        thread; until sealed, a crash leaves a ``.tmp`` that recovery simply deletes."""
         journal_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         name = f"{int(time.time() * 1000):013d}-{os.getpid()}-{secrets.token_hex(4)}"
         tmp = journal_dir / (name + TMP_SUFFIX)
-        final = journal_dir / (name + SUFFIX)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            _write_all(fd, _encode(record))
-            os.fsync(fd)
-            os.rename(tmp, final)
-            _fsync_dir(journal_dir)
+            _write_pieces(fd, _encode(record))
         except BaseException:
             os.close(fd)
             tmp.unlink(missing_ok=True)
             raise
-        return cls(final, fd, record)
+        journal = cls(tmp, fd, record)
+        journal._start_sealing()
+        return journal
+
+    def _start_sealing(self) -> None:
+        # The caller's next work is Python (building its answer), which holds the GIL:
+        # a worker that has not yet reached its fsync would wait for it. So wait here
+        # until the worker is on its way into the fsync, which releases the GIL; the
+        # flush then runs alongside the caller's work instead of after it.
+        entered = threading.Event()
+
+        def run() -> None:
+            entered.set()
+            self._seal()
+
+        self._sealing = _workers().submit(run)
+        entered.wait()
+
+    def _seal(self) -> None:
+        """Make the journal durable under its final name: files may be touched now."""
+        final = self.path.with_name(self.path.name[: -len(TMP_SUFFIX)] + SUFFIX)
+        try:
+            os.fsync(self.fd)
+            os.rename(self.path, final)
+            _fsync_dir(self.path.parent)
+        except BaseException:
+            self.finish()
+            raise
+        self.path = final
+
+    async def sealed(self) -> None:
+        """Wait for the seal; OSError when the journal could not be made durable (it
+        is dropped then, and no file was touched)."""
+        assert self._sealing is not None
+        await asyncio.wrap_future(self._sealing)
+
+    @classmethod
+    def write(cls, journal_dir: Path, record: JournalRecord) -> Journal:
+        journal = cls.stage(journal_dir, record)
+        assert journal._sealing is not None
+        journal._sealing.result()
+        return journal
 
     def finish(self) -> None:
-        """The commit is complete (or rolled back): drop the journal."""
+        """The commit is complete (or rolled back): drop the journal. A rename takes it
+        out of recovery's sight at once; the unlink, which frees a big file's old content
+        (a quarter of a millisecond and more), runs on a background thread."""
+        retired = self.path.with_name(self.path.name + RETIRED_SUFFIX)
         try:
-            self.path.unlink(missing_ok=True)
+            os.rename(self.path, retired)
+        except FileNotFoundError:
+            return
         finally:
             os.close(self.fd)
+        _unlink_later(retired)
 
     def keep(self) -> None:
         """Recovery failed: leave the journal for the next start, unlocked."""
@@ -179,22 +268,45 @@ async def apply_changes(fs: FileSystem, changes: list[Change], new_dirs: list[st
         if change.new is not None:
             await fs.write_bytes(change.path, change.new, create_parents=True, follow_symlink=True, durable=False,
                                  in_place=_in_place(change))
-    # The journal (flushed before the first write) covers a crash until here; one
-    # flush of the file system then makes the whole commit durable, instead of two
-    # fsyncs per file.
-    await fs.sync()
+    # No flush here: the journal (flushed before the first write) covers a crash
+    # until settle() has flushed the file system once for the whole commit.
 
 
 class RollbackFailed(Exception):
     pass
 
 
-async def commit(fs: FileSystem, journal_dir: Path, changes: list[Change], new_dirs: list[str], max_bytes: int) -> None:
-    """Write the journal, apply ``changes``, drop the journal. On any failure the
-    changes made so far are rolled back before the error propagates."""
-    # On a worker thread: hashing and flushing a big file's old content take milliseconds
-    # that other sessions' calls should not wait for.
-    journal = await anyio.to_thread.run_sync(lambda: Journal.write(journal_dir, record_for(changes, new_dirs)))
+class JournalFailed(Exception):
+    """The journal could not be made durable; no file was touched."""
+
+
+@dataclass(slots=True)
+class Staged:
+    """A commit whose journal is written but not yet sealed."""
+
+    journal: Journal
+    changes: list[Change]
+    new_dirs: list[str]
+
+    def discard(self) -> None:
+        self.journal.finish()
+
+
+def stage(journal_dir: Path, changes: list[Change], new_dirs: list[str]) -> Staged:
+    """Write the journal for ``changes`` and start its write-back; :func:`commit` next
+    (or :meth:`Staged.discard`). Work done in between overlaps the disk's."""
+    return Staged(Journal.stage(journal_dir, record_for(changes, new_dirs)), changes, list(new_dirs))
+
+
+async def commit(fs: FileSystem, staged: Staged, max_bytes: int) -> Journal:
+    """Seal the journal and apply the changes; the journal stays (locked) until
+    :func:`settle`. On any failure the changes made so far are rolled back and the
+    journal dropped before the error propagates."""
+    journal, changes, new_dirs = staged.journal, staged.changes, staged.new_dirs
+    try:
+        await journal.sealed()
+    except OSError as exc:
+        raise JournalFailed(str(exc)) from exc
     try:
         await apply_changes(fs, changes, new_dirs)
     except BaseException as exc:
@@ -210,7 +322,24 @@ async def commit(fs: FileSystem, journal_dir: Path, changes: list[Change], new_d
             log.warning("rollback left files changed by someone else: %s", ", ".join(skipped))
         journal.finish()
         raise
-    journal.finish()
+    return journal
+
+
+async def settle(fs: FileSystem, journal: Journal | None) -> None:
+    """Flush what a commit (or an upstream-mode apply) wrote, then drop its journal.
+    Never raises: if the flush fails the journal is kept, unlocked, and the next
+    recovery completes or rolls back the commit from what the files hold."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await fs.sync()
+        except Exception as exc:  # noqa: BLE001 - reported, and the journal covers it
+            log.warning("flushing a patch's writes failed (%s)%s", exc,
+                        f"; journal {journal.path} kept for recovery" if journal is not None else "")
+            if journal is not None:
+                journal.keep()
+            return
+        if journal is not None:
+            journal.finish()
 
 
 # -- recovery ---------------------------------------------------------------------
@@ -307,9 +436,21 @@ def pending(journal_dir: Path) -> list[Path]:
     return sorted(journal_dir / n for n in names if n.endswith((SUFFIX, TMP_SUFFIX)))
 
 
+def _remove_retired(journal_dir: Path) -> None:
+    """Retired journals a crash left before their unlink."""
+    try:
+        names = os.listdir(journal_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.endswith(RETIRED_SUFFIX):
+            (journal_dir / name).unlink(missing_ok=True)
+
+
 async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int) -> Recovery:
     """Finish or roll back every journal whose writer is gone."""
     outcome = Recovery()
+    _remove_retired(journal_dir)
     for path in pending(journal_dir):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)

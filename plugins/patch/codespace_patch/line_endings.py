@@ -42,6 +42,17 @@ class Lines:
             terms.append("")
         return cls(texts, terms, terms[0] if terms and terms[0] else "\n", terminated)
 
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def span(self, start: int, stop: int) -> str:
+        """Lines ``start`` to ``stop``, each followed by LF (for a diff)."""
+        return "\n".join(self.texts[start:stop]) + "\n" if start < stop else ""
+
+    @property
+    def ends_unterminated(self) -> bool:
+        return bool(self.terms) and self.terms[-1] == ""
+
     def render(self) -> str:
         """The content, with every line terminated (unterminated ones take the preferred ending)."""
         texts, terms = self.texts, self.terms

@@ -96,6 +96,8 @@ def parse_patch(text: str) -> Patch:
 def _split(text: str) -> list[str]:
     if not text:
         return []
+    if "\r" not in text:
+        return text.split("\n")
     return [line.rstrip("\r") for line in text.split("\n")]
 
 
@@ -141,11 +143,19 @@ class _Body:
             update = self.update
             if update is not None and raw and raw[0] in " -+" and not update.closed_by_eof:
                 # The common case, decided without the full rule list: a diff line can
-                # be neither a marker nor a header (those start with '*' or '@').
+                # be neither a marker nor a header (those start with '*' or '@'). The
+                # whole run of such lines is taken at once.
                 if not update.chunks:
                     update.chunks.append(Chunk("", number))
-                update.chunks[-1].lines.append((raw[0], raw[1:]))
-                i += 1
+                append = update.chunks[-1].lines.append
+                while True:
+                    append((raw[0], raw[1:]))
+                    i += 1
+                    if i >= last:
+                        break
+                    raw = lines[i]
+                    if not raw or raw[0] not in " -+":
+                        break
                 continue
             if update is not None:
                 stripped = trim_end(raw)

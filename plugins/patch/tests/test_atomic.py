@@ -18,7 +18,7 @@ from conftest import TEST_PLUGINS, patch_of, write
 
 from codespace.contract import FsError
 from codespace.testing import build_app, call_ok, connect, server_pids
-from codespace_patch.journal import Journal, commit, pending, record_for, recover
+from codespace_patch.journal import Journal, commit, pending, record_for, recover, settle, stage
 from codespace_patch.stores import Change
 from conformance.helper import helper_argv, helper_env, real_fs_installed
 from conformance.trees import snapshot
@@ -64,13 +64,33 @@ def _old_tree(ws: Path) -> None:
     write(ws, {"a.txt": "a\n", "b.txt": "b\n", "d.txt": "d\n"})
 
 
-async def test_commit_applies_everything_and_drops_the_journal(ws, state, fs):
+async def test_commit_applies_everything_and_settle_drops_the_journal(ws, state, fs):
     _old_tree(ws)
     changes, dirs = _changes(ws)
-    await commit(fs, state / "j", changes, dirs, MAX)
+    journal = await commit(fs, stage(state / "j", changes, dirs), MAX)
     assert (ws / "a.txt").read_text() == "A\n" and not (ws / "b.txt").exists()
     assert (ws / "new/deep/c.txt").read_text() == "C\n" and (ws / "d.txt").read_text() == "D\n"
+    # Until settled, the sealed journal stays, locked: a recovery leaves it alone.
+    assert pending(state / "j") == [journal.path] and journal.path.suffix == ".journal"
+    assert (await recover(fs, state / "j", MAX)).busy == [str(journal.path)]
+    await settle(fs, journal)
     assert pending(state / "j") == []
+
+
+async def test_a_failed_flush_keeps_the_journal_for_recovery(ws, state, fs):
+    _old_tree(ws)
+    changes, dirs = _changes(ws)
+    journal = await commit(fs, stage(state / "j", changes, dirs), MAX)
+
+    class FailingSync:
+        async def sync(self) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+    await settle(FailingSync(), journal)  # type: ignore[arg-type]
+    assert pending(state / "j") == [journal.path]
+    outcome = await recover(fs, state / "j", MAX)  # unlocked now; every target holds its new content
+    assert outcome.completed == [str(journal.path)] and pending(state / "j") == []
+    assert (ws / "a.txt").read_text() == "A\n"
 
 
 @pytest.mark.parametrize("fail_at", [1, 2, 3])
@@ -79,7 +99,7 @@ async def test_a_failing_write_mid_commit_is_rolled_back_at_once(ws, state, fs, 
     before = snapshot(ws)
     changes, dirs = _changes(ws)
     with pytest.raises(FsError, match="No space left"):
-        await commit(FailingWrites(fs, fail_at), state / "j", changes, dirs, MAX)
+        await commit(FailingWrites(fs, fail_at), stage(state / "j", changes, dirs), MAX)
     assert snapshot(ws) == before
     assert pending(state / "j") == []
 
@@ -90,9 +110,9 @@ async def test_a_failing_write_among_many_is_rolled_back(ws, state, fs):
     changes = [Change(str(ws / f"f{i}.txt"), f"{i}\n".encode(), f"{i} new\n".encode()) for i in range(20)]
     changes.append(Change(str(ws / "fresh/n.txt"), None, b"n\n"))
     with pytest.raises(FsError, match="No space left"):
-        await commit(FailingWrites(fs, 9), state / "j", changes, [str(ws / "fresh")], MAX)
+        await commit(FailingWrites(fs, 9), stage(state / "j", changes, [str(ws / "fresh")]), MAX)
     assert snapshot(ws) == before
-    await commit(fs, state / "j", changes, [str(ws / "fresh")], MAX)
+    await settle(fs, await commit(fs, stage(state / "j", changes, [str(ws / "fresh")]), MAX))
     assert (ws / "f19.txt").read_text() == "19 new\n" and (ws / "fresh/n.txt").exists()
 
 
@@ -165,7 +185,7 @@ async def test_commit_rewrites_existing_files_on_their_inode(ws, state, fs):
     inode = (ws / "a.txt").stat().st_ino
     os.link(ws / "d.txt", ws / "d-link.txt")  # another hard link: replaced, never written through
     changes, dirs = _changes(ws)
-    await commit(fs, state / "j", changes, dirs, MAX)
+    await settle(fs, await commit(fs, stage(state / "j", changes, dirs), MAX))
     assert (ws / "a.txt").stat().st_ino == inode and (ws / "a.txt").read_text() == "A\n"
     assert (ws / "d.txt").read_text() == "D\n" and (ws / "d-link.txt").read_text() == "d\n"
 
@@ -346,6 +366,38 @@ async def test_overlay_journals_the_original_of_a_file_deleted_then_re_added(ws,
         str(ws / "gone/inside.txt"): (None, b"x\n"),
     }
     assert store.new_dirs == [str(ws / "gone")]
-    await commit(fs, ws.parent / "j", store.changes(), store.new_dirs, MAX)
+    await settle(fs, await commit(fs, stage(ws.parent / "j", store.changes(), store.new_dirs), MAX))
     assert (ws / "a.txt").read_text() == "new\n" and (ws / "m.txt").read_text() == "again\n"
     assert (ws / "gone/inside.txt").read_text() == "x\n" and (ws / "n.txt").read_text() == "n\n"
+
+
+async def test_the_flush_follows_the_answer_and_the_next_apply_waits_for_it(ws, state, fs):
+    """apply() answers once the files hold the new content; the flush and the journal's
+    removal follow in the background, and the next apply waits for them, so two
+    journals of one workspace never coexist (recovery would replay them out of order)."""
+    from codespace.contract import PatchRequest
+    from codespace_patch.backend import PatchBackend
+
+    (ws / "a.txt").write_text("one\n")
+    backend = PatchBackend(MAX)
+    journal_dir = state / "j"
+
+    def request(old: str, new: str) -> PatchRequest:
+        patch = f"*** Begin Patch\n*** Update File: a.txt\n@@\n-{old}\n+{new}\n*** End Patch"
+        return PatchRequest(patch=patch, mode="atomic", cwd=str(ws))
+
+    seen: list[list] = []
+    original = fs.sync
+
+    async def watching_sync() -> None:
+        seen.append(pending(journal_dir))  # the journal of the commit being flushed, and only it
+        await original()
+
+    fs.sync = watching_sync
+    for old, new in [("one", "two"), ("two", "three"), ("three", "four")]:
+        await backend.apply(request(old, new), fs, journal_dir)
+        assert (ws / "a.txt").read_text() == f"{new}\n"
+    await backend.settled()
+    assert [len(journals) for journals in seen] == [1, 1, 1]
+    assert len({journals[0] for journals in seen}) == 3
+    assert pending(journal_dir) == []
