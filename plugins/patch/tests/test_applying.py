@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from codespace_patch import ApplyError, parse_patch, rewrite
+from codespace_patch.diff import unified
 from codespace_patch.line_endings import Lines
 from codespace_patch.rust_text import RUST_WHITESPACE, trim
 from codespace_patch.seek import Seeker
+from conformance.fuzz import _chunks, _file_lines
 
 
 def update(text: str, *body: str) -> str:
@@ -181,3 +185,39 @@ def test_removed_and_added_lines_take_the_patch_text_even_when_equal():
     assert update("a\r\nfoo  \n", "-foo", "+foo") == "a\r\nfoo\r\n"
     assert update("x\na \nb \n", " x", "-a", "-b", "+b", "+a") == "x\nb\na\n"
     assert update("q\nx \ny\n", "-q", " x", "+x") == "x \nx\ny\n"
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_text_path_and_the_line_path_agree(seed):
+    """rewrite() works on the text itself when it can; the line-by-line path must give
+    the same new text, the same kept runs and the same diff, or the same failure."""
+    from codespace_patch.applying import rewrite_by_lines
+
+    rng = random.Random(seed)
+    lines = [line.replace("\r", "").replace("\x0b", "").replace("\x0c", "") for line in _file_lines(rng)]
+    old = "".join(line + "\n" for line in lines)  # LF only and terminated: the text path's domain
+    body = _chunks(rng, lines, [])
+    (section,) = parse_patch("\n".join(["*** Begin Patch", "*** Update File: f", *body, "*** End Patch"])).sections
+    try:
+        by_lines = rewrite_by_lines(old, section.chunks, "/w/f")
+    except ApplyError as exc:
+        with pytest.raises(ApplyError) as info:
+            rewrite(old, section.chunks, "/w/f")
+        assert info.value.message == exc.message
+        return
+    result = rewrite(old, section.chunks, "/w/f")
+    assert result.text() == by_lines.text()
+    assert result.kept == by_lines.kept
+    assert unified(result.old, result.new, result.kept, "a/f", "b/f") == unified(
+        by_lines.old, by_lines.new, by_lines.kept, "a/f", "b/f"
+    )
+
+
+def test_the_text_path_is_taken_for_lf_files_and_left_for_others():
+    from codespace_patch.applying import TextLines
+
+    (section,) = parse_patch("*** Begin Patch\n*** Update File: f\n@@\n a\n-b\n+c\n*** End Patch").sections
+    assert isinstance(rewrite("a\nb\n", section.chunks, "/w/f").new, TextLines)
+    assert not isinstance(rewrite("a\r\nb\r\n", section.chunks, "/w/f").new, TextLines)  # CRLF
+    assert not isinstance(rewrite("a\nb", section.chunks, "/w/f").new, TextLines)  # unterminated
+    assert not isinstance(rewrite("a \nb\n", section.chunks, "/w/f").new, TextLines)  # needs a looser pass

@@ -48,3 +48,4 @@ def test_whole_file_diffs():
     assert whole_file(None, "a\nb\n", "a/x", "b/x") == "--- /dev/null\n+++ b/x\n@@ -0,0 +1,2 @@\n+a\n+b\n"
     assert whole_file("a", None, "a/x", "b/x") == "--- a/x\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n\\ No newline at end of file\n"
     assert whole_file(None, "", "a/x", "b/x") == ""
+
