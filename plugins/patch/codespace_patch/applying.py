@@ -1,15 +1,16 @@
 """Rewriting one file's text with an Update section's chunks (apply-patch.md §5).
 
-All chunks are located first; only when every one is found is the new text
-built, so one unmatched chunk leaves the file as it was.
+The result is pure (text in, text out): one unmatched chunk fails the whole file
+and nothing is written.
 
 Two ways to get there, with one result. The common case (an LF-only file whose
-last line is terminated, every chunk found by the exact pass) works on the text
-itself: each chunk's lines joined are one substring search, and the new text is
-the old one's untouched spans around the edits, so a 20,000-line file is never
-split into lines. Anything else (CR endings, an unterminated last line, a chunk
-that needs a looser pass or upstream's retry) takes the line-by-line path, which
-runs the four passes of :mod:`codespace_patch.seek`.
+last line is terminated, every chunk found by the exact pass, in file order) works
+on the text itself: each chunk's lines joined are one substring search, and the
+new text is the old one's untouched spans around the edits, so a 20,000-line file
+is never split into lines. Anything else (CR endings, an unterminated last line, a
+chunk that needs a looser pass or upstream's retry, a pure insertion, which goes
+after the last line) takes the line-by-line path, which runs the four passes of
+:mod:`codespace_patch.seek`.
 """
 
 from __future__ import annotations
@@ -116,13 +117,12 @@ def _find_lines(text: str, block: str, offset: int) -> int:
 
 
 def _rewrite_text(text: str, chunks: list[Chunk]) -> Rewrite | None:
-    """The rewrite when every chunk is found by the exact pass; None as soon as one is not."""
+    """The rewrite when every chunk is found by the exact pass; None as soon as one is
+    not, or for a pure insertion (it goes after the last line, out of file order)."""
     size = len(text)
     cursor = 0  # offset of the first line a chunk may match, a line start
     line = counted = 0  # ``line`` is the number of the line starting at offset ``counted``
-    # (old line, removed lines, added texts, old start offset, old end offset)
-    edits: list[tuple[int, int, list[str], int, int]] = []
-    appended: list[int] = []
+    built = _TextBuilder(text)
     for chunk in chunks:
         if chunk.context:
             found = _find_lines(text, chunk.context + "\n", cursor)
@@ -131,9 +131,7 @@ def _rewrite_text(text: str, chunks: list[Chunk]) -> Rewrite | None:
             cursor = found + len(chunk.context) + 1
         pattern = chunk.old
         if not pattern:
-            appended.append(len(edits))  # after the last line, numbered below
-            edits.append((-1, 0, [text for _, text in chunk.lines], size, size))
-            continue
+            return None
         block = "\n".join(pattern) + "\n"
         if chunk.end_of_file:
             found = size - len(block)
@@ -145,63 +143,68 @@ def _rewrite_text(text: str, chunks: list[Chunk]) -> Rewrite | None:
                 return None
         line += text.count("\n", counted, found)
         counted = found
-        _text_edits(chunk, line, found, edits)
+        built.chunk(chunk, line, found)
         cursor = found + len(block)
-    count = line + text.count("\n", counted)
-    if appended:
-        for index in appended:
-            edits[index] = (count, *edits[index][1:])
-        edits.sort(key=lambda e: e[0])
-    pieces: list[str] = []
-    kept: list[tuple[int, int, int]] = []
-    old_anchors: list[tuple[int, int]] = []
-    new_anchors: list[tuple[int, int]] = []
-    source = source_offset = 0
-    new_line = new_offset = 0
-    for start, length, added, offset, end in edits:
-        if start > source:
-            kept.append((source, new_line, start - source))
-            pieces.append(text[source_offset:offset])
-            new_line += start - source
-            new_offset += offset - source_offset
-        old_anchors.append((start, offset))
-        old_anchors.append((start + length, end))
-        new_anchors.append((new_line, new_offset))
+    return built.finish(line + text.count("\n", counted))
+
+
+class _TextBuilder:
+    """The new text and the diff's bookkeeping, built edit by edit in file order."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pieces: list[str] = []
+        self.kept: list[tuple[int, int, int]] = []
+        self.old_anchors: list[tuple[int, int]] = []
+        self.new_anchors: list[tuple[int, int]] = []
+        self.source = self.source_offset = 0  # the first old line (and offset) not yet carried over
+        self.new_line = self.new_offset = 0
+
+    def chunk(self, chunk: Chunk, line: int, offset: int) -> None:
+        """The chunk's runs of removed and added lines (as :func:`_edits` finds them),
+        for a chunk matched whole at ``line``, which starts at ``offset``."""
+        run_line, run_offset, removed, added = line, offset, 0, []
+        for kind, text in chunk.lines:
+            if kind == "+":
+                added.append(text)
+                continue
+            if kind == " " and (removed or added):
+                self._edit(run_line, removed, added, run_offset, offset)
+                removed, added = 0, []
+            line += 1
+            offset += len(text) + 1
+            if kind == " ":
+                run_line, run_offset = line, offset
+            else:
+                removed += 1
+        if removed or added:
+            self._edit(run_line, removed, added, run_offset, offset)
+
+    def _edit(self, start: int, length: int, added: list[str], offset: int, end: int) -> None:
+        if start > self.source:
+            self.kept.append((self.source, self.new_line, start - self.source))
+            self.pieces.append(self.text[self.source_offset:offset])
+            self.new_line += start - self.source
+            self.new_offset += offset - self.source_offset
+        self.old_anchors += ((start, offset), (start + length, end))
+        self.new_anchors.append((self.new_line, self.new_offset))
         if added:
             inserted = "\n".join(added) + "\n"
-            pieces.append(inserted)
-            new_line += len(added)
-            new_offset += len(inserted)
-        new_anchors.append((new_line, new_offset))
-        if start + length > source:
-            source, source_offset = start + length, end
-    if source < count:
-        kept.append((source, new_line, count - source))
-        pieces.append(text[source_offset:])
-        new_line += count - source
-    new_text = "".join(pieces)
-    return Rewrite(TextLines(text, count, old_anchors), TextLines(new_text, new_line, new_anchors), kept)
+            self.pieces.append(inserted)
+            self.new_line += len(added)
+            self.new_offset += len(inserted)
+        self.new_anchors.append((self.new_line, self.new_offset))
+        self.source, self.source_offset = start + length, end
 
-
-def _text_edits(chunk: Chunk, line: int, offset: int, edits: list) -> None:
-    """:func:`_edits` for a chunk matched whole at ``line`` (text ``offset``), each run
-    also with its old start and end offsets."""
-    run_line, run_offset, removed, added = line, offset, 0, []
-    for kind, text in chunk.lines:
-        if kind == "+":
-            added.append(text)
-            continue
-        if kind == " " and (removed or added):
-            edits.append((run_line, removed, added, run_offset, offset))
-            removed, added = 0, []
-        line += 1
-        offset += len(text) + 1
-        if kind == " ":
-            run_line, run_offset = line, offset
-        else:
-            removed += 1
-    if removed or added:
-        edits.append((run_line, removed, added, run_offset, offset))
+    def finish(self, count: int) -> Rewrite:
+        if self.source < count:
+            self.kept.append((self.source, self.new_line, count - self.source))
+            self.pieces.append(self.text[self.source_offset:])
+            self.new_line += count - self.source
+        new_text = "".join(self.pieces)
+        return Rewrite(
+            TextLines(self.text, count, self.old_anchors), TextLines(new_text, self.new_line, self.new_anchors), self.kept
+        )
 
 
 # -- the line path --------------------------------------------------------------------

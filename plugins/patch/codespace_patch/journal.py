@@ -68,15 +68,23 @@ TMP_SUFFIX = ".tmp"
 RETIRED_SUFFIX = ".done"  # finished, awaiting its unlink; never read
 
 
+_HANDOFF_WAIT_S = 0.005
+
+
 @functools.cache
-def _workers() -> ThreadPoolExecutor:
-    """Threads for journal seals and unlinks: plain threads, since a seal starts from
-    synchronous code and must not queue behind the event loop's worker threads."""
-    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="codespace-patch-journal")
+def _sealers() -> ThreadPoolExecutor:
+    """Threads that seal journals: plain threads, since a seal is started from
+    synchronous code and should not queue behind the event loop's worker threads."""
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="codespace-patch-seal")
+
+
+@functools.cache
+def _unlinker() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="codespace-patch-unlink")
 
 
 def _unlink_later(path: Path) -> None:
-    _workers().submit(path.unlink, missing_ok=True)
+    _unlinker().submit(path.unlink, missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +197,11 @@ class Journal:
             tmp.unlink(missing_ok=True)
             raise
         journal = cls(tmp, fd, record)
-        journal._start_sealing()
+        try:
+            journal._start_sealing()
+        except BaseException:
+            journal.finish()
+            raise
         return journal
 
     def _start_sealing(self) -> None:
@@ -203,8 +215,10 @@ class Journal:
             entered.set()
             self._seal()
 
-        self._sealing = _workers().submit(run)
-        entered.wait()
+        self._sealing = _sealers().submit(run)
+        # Bounded: with every sealer busy (slow disk, many workspaces) the seal queues,
+        # and the loop must not wait for it here.
+        entered.wait(_HANDOFF_WAIT_S)
 
     def _seal(self) -> None:
         """Make the journal durable under its final name: files may be touched now."""
@@ -431,7 +445,7 @@ class Recovery:
 def pending(journal_dir: Path) -> list[Path]:
     try:
         names = os.listdir(journal_dir)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing to recover; a commit reports the problem
         return []
     return sorted(journal_dir / n for n in names if n.endswith((SUFFIX, TMP_SUFFIX)))
 
@@ -440,7 +454,7 @@ def _remove_retired(journal_dir: Path) -> None:
     """Retired journals a crash left before their unlink."""
     try:
         names = os.listdir(journal_dir)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing to recover; a commit reports the problem
         return
     for name in names:
         if name.endswith(RETIRED_SUFFIX):

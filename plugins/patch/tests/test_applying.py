@@ -221,3 +221,6 @@ def test_the_text_path_is_taken_for_lf_files_and_left_for_others():
     assert not isinstance(rewrite("a\r\nb\r\n", section.chunks, "/w/f").new, TextLines)  # CRLF
     assert not isinstance(rewrite("a\nb", section.chunks, "/w/f").new, TextLines)  # unterminated
     assert not isinstance(rewrite("a \nb\n", section.chunks, "/w/f").new, TextLines)  # needs a looser pass
+    (insertion,) = parse_patch("*** Begin Patch\n*** Update File: f\n@@\n+z\n*** End Patch").sections
+    assert not isinstance(rewrite("a\nb\n", insertion.chunks, "/w/f").new, TextLines)  # after the last line
+    assert rewrite("a\nb\n", insertion.chunks, "/w/f").text() == "a\nb\nz\n"

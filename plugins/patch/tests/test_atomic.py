@@ -401,3 +401,19 @@ async def test_the_flush_follows_the_answer_and_the_next_apply_waits_for_it(ws, 
     assert [len(journals) for journals in seen] == [1, 1, 1]
     assert len({journals[0] for journals in seen}) == 3
     assert pending(journal_dir) == []
+
+
+async def test_a_journal_that_cannot_be_written_fails_the_call_with_nothing_changed(ws, state, fs):
+    from codespace.contract import PatchRequest, ToolError
+    from codespace_patch.backend import PatchBackend
+
+    (ws / "a.txt").write_text("one\n")
+    state.mkdir(parents=True, exist_ok=True)
+    blocked = state / "j"
+    blocked.write_text("a file where the journal directory should be\n")
+    patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+two\n*** End Patch"
+    with pytest.raises(ToolError) as info:
+        await PatchBackend(MAX).apply(PatchRequest(patch=patch, mode="atomic", cwd=str(ws)), fs, blocked)
+    assert info.value.code == "patch_commit_failed"
+    assert str(blocked) in info.value.message and "no file was changed" in info.value.message
+    assert (ws / "a.txt").read_text() == "one\n"
