@@ -113,6 +113,7 @@ class PatchBackend:
         # so another patch committing in between would be overwritten.
         self._lock = anyio.Lock()
         self._settling: asyncio.Task[None] | None = None
+        self._journal: Journal | None = None
 
     def parse(self, patch: str) -> Patch:
         cached = self._parsed.get(patch)
@@ -173,7 +174,7 @@ class PatchBackend:
                 raise as_tool_error(exc, mode=request.mode, changed=False) from None
             if request.dry_run:
                 return result_of(run, cwd, applied=False)
-            staged = self._stage(journal_dir, store)
+            staged = self._stage(self._journal_in(journal_dir), store)
             if staged is None:
                 return result_of(run, cwd, applied=True)
             try:
@@ -202,14 +203,20 @@ class PatchBackend:
             raise as_tool_error(exc, mode="upstream", applied_before_failure=kept) from None
         return result_of(run, cwd, applied=True)
 
-    def _stage(self, journal_dir: Path, store: OverlayStore) -> Staged | None:
+    def _journal_in(self, journal_dir: Path) -> Journal:
+        """This Patcher's journal file in ``journal_dir``, reused by every commit."""
+        if self._journal is None or self._journal.journal_dir != journal_dir or self._journal.fd < 0:
+            self._journal = Journal(journal_dir)
+        return self._journal
+
+    def _stage(self, journal: Journal, store: OverlayStore) -> Staged | None:
         changes = store.changes()
         if not changes and not store.new_dirs:
             return None
         try:
-            return stage(journal_dir, changes, store.new_dirs)
+            return stage(journal, changes, store.new_dirs)
         except OSError as exc:
-            raise _journal_failed(journal_dir, exc) from exc
+            raise _journal_failed(journal.journal_dir, exc) from exc
 
     async def _commit(self, fs: FileSystem, staged: Staged) -> None:
         # A cancelled call must not stop a commit half-way; the journal covers crashes.
@@ -217,7 +224,7 @@ class PatchBackend:
             try:
                 self._settle_later(fs, await commit(fs, staged, self.max_bytes))
             except JournalFailed as exc:
-                raise _journal_failed(staged.journal.path.parent, exc.__cause__) from exc
+                raise _journal_failed(staged.journal.journal_dir, exc.__cause__) from exc
             except RollbackFailed as exc:
                 raise ToolError(str(exc), code="patch_commit_failed") from exc
             except ToolError as exc:

@@ -184,7 +184,7 @@ async def _apply_atomic(patch, resolve, workspace, fs, max_bytes: int):  # noqa:
     from codespace.contract import ToolError
 
     from .errors import PatchError
-    from .journal import RollbackFailed, commit, pending, recover, settle, stage
+    from .journal import Journal, JournalFailed, RollbackFailed, commit, pending, recover, settle, stage
     from .plugin import journal_dir
     from .sections import run_sections
     from .stores import OverlayStore
@@ -198,8 +198,10 @@ async def _apply_atomic(patch, resolve, workspace, fs, max_bytes: int):  # noqa:
     if changes or store.new_dirs:
         workspace.ensure_state_dir()
         try:
-            await settle(fs, await commit(fs, stage(directory, changes, store.new_dirs), max_bytes))
-        except (ToolError, RollbackFailed) as exc:
+            journal = Journal(directory)
+            await settle(fs, await commit(fs, stage(journal, changes, store.new_dirs), max_bytes))
+            journal.close()
+        except (ToolError, RollbackFailed, JournalFailed, OSError) as exc:
             raise PatchError(f"atomic commit failed: {exc}") from exc
     return run
 

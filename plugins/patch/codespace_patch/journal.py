@@ -3,28 +3,34 @@ recoverable, so a patch is never left half-applied.
 
 Protocol:
 
-1. Before the first file is touched, one journal file is written to
-   ``journal_dir`` (outside the workspace; plain file I/O is fine there): every
-   target's old content (or "absent"), the SHA-256 of its new content (or
-   "absent"), and the directories the patch creates. It is written as
-   ``<id>.tmp`` as soon as the changes are known (:func:`stage`), and a worker
-   thread at once fsyncs it, renames it to ``<id>.journal`` and fsyncs the
-   directory, while the caller builds its answer; the commit waits for that seal. The writer holds an
-   exclusive ``flock`` on it for the whole commit; the kernel drops the lock when
-   the process dies, even by SIGKILL.
+1. Before the first file is touched, a journal record is written to the
+   Patcher's journal file in ``journal_dir`` (outside the workspace; plain file
+   I/O is fine there): every target's old content (or "absent"), the SHA-256 of
+   its new content (or "absent"), and the directories the patch creates
+   (:func:`stage`). The file (``<id>.slot``) is created once per Patcher and
+   reused: a record is written over the previous one, behind a head holding its
+   length and CRC-32, and flushed with ``fdatasync`` by a worker thread while the
+   caller builds its answer; the commit waits for that flush. The file's blocks
+   were allocated when it was created (or grown), so the flush changes no metadata
+   and waits for no commit of the file system's own journal. The owner holds an
+   exclusive ``flock`` on the file for its whole life; the kernel drops the lock
+   when the process dies, even by SIGKILL.
 2. Deletions, then new directories, then writes go through the FileSystem backend.
    A file that existed is rewritten in place (same inode, no flush per file: on
    ext4 a replace by rename costs a flush each, 20-35 ms for 200 small files); a
    new file is created by an atomic replace. The commit is done: its caller answers.
 3. :func:`settle` (the Patcher runs it in the background, and waits for it before
-   its next apply) flushes the file system once and drops the journal. Until then
-   a crash, a power loss included, finds the journal and completes or rolls back
-   the commit: the patch is never half-applied, and at worst a power loss within
-   that millisecond undoes a patch already reported, as it would drop the
-   operation store's record of it (SQLite ``synchronous=NORMAL``).
+   its next apply) flushes the file system once, then voids the record (zeros over
+   its head, flushed). Until then a crash, a power loss included, finds the armed
+   record and completes or rolls back the commit: the patch is never half-applied,
+   and at worst a power loss within that millisecond undoes a patch already
+   reported, as it would drop the operation store's record of it (SQLite
+   ``synchronous=NORMAL``). A record a crash cut short fails its CRC: its commit
+   had not touched any file, and it is dropped.
 
 Recovery (at server start-up, at helper start, before an atomic apply) looks at
-every journal nobody holds a lock on: if every target already has its new state,
+every armed journal nobody holds a lock on (and one-shot ``.journal`` files left by
+codespace-patch 0.1.1): if every target already has its new state,
 the commit is complete and the journal is dropped; otherwise the commit is rolled
 back to the old contents. Both are idempotent: a crash during recovery leaves a
 journal that the next recovery handles the same way. A target rewritten in place
@@ -48,6 +54,8 @@ import json
 import logging
 import os
 import secrets
+import struct
+import zlib
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -63,9 +71,15 @@ from .stores import Change, make_dirs
 log = logging.getLogger(__name__)
 
 MAGIC = b"codespace-patch-journal 1\n"
-SUFFIX = ".journal"
+SUFFIX = ".journal"  # one-shot journals (codespace-patch 0.1.1): still recovered
 TMP_SUFFIX = ".tmp"
-RETIRED_SUFFIX = ".done"  # finished, awaiting its unlink; never read
+SLOT_SUFFIX = ".slot"
+# An armed slot: SLOT_MAGIC, the record's length and CRC-32, then the record (a
+# version-1 journal). A disarmed slot starts with zeros.
+SLOT_MAGIC = b"cspjslot"
+_SLOT_HEAD = struct.Struct("<8sQI4x")
+_MIN_CAPACITY = 1 << 20
+_KEEP_CAPACITY = 16 << 20
 
 
 _HANDOFF_WAIT_S = 0.005
@@ -76,15 +90,6 @@ def _sealers() -> ThreadPoolExecutor:
     """Threads that seal journals: plain threads, since a seal is started from
     synchronous code and should not queue behind the event loop's worker threads."""
     return ThreadPoolExecutor(max_workers=4, thread_name_prefix="codespace-patch-seal")
-
-
-@functools.cache
-def _unlinker() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="codespace-patch-unlink")
-
-
-def _unlink_later(path: Path) -> None:
-    _unlinker().submit(path.unlink, missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,24 +151,6 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _write_pieces(fd: int, pieces: list[bytes]) -> None:
-    """Write ``pieces`` in order with as few calls as writev allows."""
-    views = [memoryview(p) for p in pieces if p]
-    first = 0
-    while first < len(views):
-        written = os.writev(fd, views[first:first + _IOV_MAX])
-        while written:
-            size = len(views[first])
-            if written < size:
-                views[first] = views[first][written:]
-                break
-            written -= size
-            first += 1
-
-
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
-
-
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -173,94 +160,130 @@ def _fsync_dir(path: Path) -> None:
 
 
 class Journal:
-    """A written, locked journal for the commit in progress."""
+    """One Patcher's journal: a file reused by every commit, locked by its owner.
 
-    def __init__(self, path: Path, fd: int, record: JournalRecord) -> None:
-        self.path = path
-        self.fd = fd
-        self.record = record
+    Each commit writes its record over the previous one and flushes it with
+    ``fdatasync``; the file's blocks were allocated (written and fsynced) when it was
+    created or grown, so that flush changes no metadata and needs no commit of the file
+    system's own journal — on this ext4, 0.5 ms against 1.1 ms for a new file's fsync
+    when idle, 0.9 against 5.8 ms with the other CPU busy. A record is armed until
+    :meth:`disarm`; its length and CRC-32 tell a whole record from one a crash cut
+    short (whose commit never touched a file)."""
+
+    def __init__(self, journal_dir: Path) -> None:
+        self.journal_dir = journal_dir
+        self.path: Path | None = None
+        self.fd = -1
+        self.capacity = 0
+        self.record: JournalRecord | None = None
         self._sealing: Future[None] | None = None
 
-    @classmethod
-    def stage(cls, journal_dir: Path, record: JournalRecord) -> Journal:
-        """Write the journal under its temporary name and start sealing it on a worker
-        thread; until sealed, a crash leaves a ``.tmp`` that recovery simply deletes."""
-        journal_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        name = f"{int(time.time() * 1000):013d}-{os.getpid()}-{secrets.token_hex(4)}"
-        tmp = journal_dir / (name + TMP_SUFFIX)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            _write_pieces(fd, _encode(record))
-        except BaseException:
-            os.close(fd)
-            tmp.unlink(missing_ok=True)
-            raise
-        journal = cls(tmp, fd, record)
-        try:
-            journal._start_sealing()
-        except BaseException:
-            journal.finish()
-            raise
-        return journal
+    def _reserve(self, size: int) -> None:
+        """Create the file, or grow it, with allocated blocks for ``size`` bytes."""
+        if self.fd < 0:
+            self.journal_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            name = f"{int(time.time() * 1000):013d}-{os.getpid()}-{secrets.token_hex(4)}{SLOT_SUFFIX}"
+            path = self.journal_dir / name
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                path.unlink(missing_ok=True)
+                raise
+            self.path, self.fd, self.capacity = path, fd, 0
+        if size <= self.capacity:
+            return
+        capacity = max(_MIN_CAPACITY, 1 << (size - 1).bit_length())
+        zeros = bytes(min(capacity - self.capacity, 1 << 20))
+        offset = self.capacity
+        while offset < capacity:
+            offset += os.pwrite(self.fd, zeros[:capacity - offset], offset)
+        os.fsync(self.fd)
+        _fsync_dir(self.journal_dir)
+        self.capacity = capacity
+
+    def arm(self, record: JournalRecord) -> None:
+        """Write ``record`` and start flushing it on a worker thread (:meth:`sealed`)."""
+        payload = _encode(record)
+        size = sum(map(len, payload))
+        crc = 0
+        for piece in payload:
+            crc = zlib.crc32(piece, crc)
+        self._reserve(_SLOT_HEAD.size + size)
+        _pwrite_all(self.fd, [_SLOT_HEAD.pack(SLOT_MAGIC, size, crc), *payload])
+        self.record = record
+        self._start_sealing()
 
     def _start_sealing(self) -> None:
         # The caller's next work is Python (building its answer), which holds the GIL:
-        # a worker that has not yet reached its fsync would wait for it. So wait here
-        # until the worker is on its way into the fsync, which releases the GIL; the
-        # flush then runs alongside the caller's work instead of after it.
+        # a worker that has not yet reached its fdatasync would wait for it. So wait
+        # here until the worker is on its way into the flush, which releases the GIL;
+        # the flush then runs alongside the caller's work instead of after it.
         entered = threading.Event()
+        fd = self.fd
 
         def run() -> None:
             entered.set()
-            self._seal()
+            os.fdatasync(fd)
 
         self._sealing = _sealers().submit(run)
-        # Bounded: with every sealer busy (slow disk, many workspaces) the seal queues,
+        # Bounded: with every sealer busy (slow disk, many workspaces) the flush queues,
         # and the loop must not wait for it here.
         entered.wait(_HANDOFF_WAIT_S)
 
-    def _seal(self) -> None:
-        """Make the journal durable under its final name: files may be touched now."""
-        final = self.path.with_name(self.path.name[: -len(TMP_SUFFIX)] + SUFFIX)
-        try:
-            os.fsync(self.fd)
-            os.rename(self.path, final)
-            _fsync_dir(self.path.parent)
-        except BaseException:
-            self.finish()
-            raise
-        self.path = final
-
     async def sealed(self) -> None:
-        """Wait for the seal; OSError when the journal could not be made durable (it
-        is dropped then, and no file was touched)."""
+        """Wait for the record's flush; OSError when it failed (no file was touched)."""
         assert self._sealing is not None
         await asyncio.wrap_future(self._sealing)
 
-    @classmethod
-    def write(cls, journal_dir: Path, record: JournalRecord) -> Journal:
-        journal = cls.stage(journal_dir, record)
-        assert journal._sealing is not None
-        journal._sealing.result()
-        return journal
+    def sealed_blocking(self) -> None:
+        assert self._sealing is not None
+        self._sealing.result()
 
-    def finish(self) -> None:
-        """The commit is complete (or rolled back): drop the journal. A rename takes it
-        out of recovery's sight at once; the unlink, which frees a big file's old content
-        (a quarter of a millisecond and more), runs on a background thread."""
-        retired = self.path.with_name(self.path.name + RETIRED_SUFFIX)
-        try:
-            os.rename(self.path, retired)
-        except FileNotFoundError:
-            return
-        finally:
-            os.close(self.fd)
-        _unlink_later(retired)
+    def disarm(self) -> None:
+        """The commit is complete or rolled back: mark the record void, durably, so no
+        recovery replays it over later edits. A file grown for an unusually big patch
+        shrinks back (its first blocks stay allocated)."""
+        if self.fd >= 0:
+            os.pwrite(self.fd, bytes(len(SLOT_MAGIC)), 0)
+            os.fdatasync(self.fd)
+            if self.capacity > _KEEP_CAPACITY:
+                os.ftruncate(self.fd, _MIN_CAPACITY)
+                self.capacity = _MIN_CAPACITY
+        self.record = None
 
     def keep(self) -> None:
-        """Recovery failed: leave the journal for the next start, unlocked."""
-        os.close(self.fd)
+        """Leave the record for the next recovery: close (and so unlock) the file."""
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def close(self) -> None:
+        """No longer needed (a one-shot process): remove the file, unless its record is
+        still armed (a failed flush), which stays for recovery."""
+        path = self.path
+        self.keep()
+        if path is not None and self.record is None:
+            path.unlink(missing_ok=True)
+
+    @classmethod
+    def write(cls, journal_dir: Path, record: JournalRecord) -> Journal:
+        """An armed, flushed journal for ``record`` (tests, and what a commit does first)."""
+        journal = cls(journal_dir)
+        journal.arm(record)
+        journal.sealed_blocking()
+        return journal
+
+
+def _pwrite_all(fd: int, pieces: list[bytes]) -> None:
+    offset = 0
+    for piece in pieces:
+        view = memoryview(piece)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            offset += written
+            view = view[written:]
 
 
 def _in_place(change: Change) -> bool:
@@ -296,31 +319,38 @@ class JournalFailed(Exception):
 
 @dataclass(slots=True)
 class Staged:
-    """A commit whose journal is written but not yet sealed."""
+    """A commit whose journal record is written and being flushed."""
 
     journal: Journal
     changes: list[Change]
     new_dirs: list[str]
 
     def discard(self) -> None:
-        self.journal.finish()
+        """The commit will not happen: void the record once its flush is over."""
+        try:
+            self.journal.sealed_blocking()
+        except OSError:
+            pass
+        self.journal.disarm()
 
 
-def stage(journal_dir: Path, changes: list[Change], new_dirs: list[str]) -> Staged:
-    """Write the journal for ``changes`` and start its write-back; :func:`commit` next
-    (or :meth:`Staged.discard`). Work done in between overlaps the disk's."""
-    return Staged(Journal.stage(journal_dir, record_for(changes, new_dirs)), changes, list(new_dirs))
+def stage(journal: Journal, changes: list[Change], new_dirs: list[str]) -> Staged:
+    """Arm ``journal`` for ``changes`` and start flushing it; :func:`commit` next (or
+    :meth:`Staged.discard`). Work done in between overlaps the disk's."""
+    journal.arm(record_for(changes, new_dirs))
+    return Staged(journal, changes, list(new_dirs))
 
 
 async def commit(fs: FileSystem, staged: Staged, max_bytes: int) -> Journal:
-    """Seal the journal and apply the changes; the journal stays (locked) until
+    """Wait for the journal's flush and apply the changes; the record stays armed until
     :func:`settle`. On any failure the changes made so far are rolled back and the
-    journal dropped before the error propagates."""
+    record voided before the error propagates."""
     journal, changes, new_dirs = staged.journal, staged.changes, staged.new_dirs
     try:
         await journal.sealed()
     except OSError as exc:
         raise JournalFailed(str(exc)) from exc
+    assert journal.record is not None and journal.path is not None
     try:
         await apply_changes(fs, changes, new_dirs)
     except BaseException as exc:
@@ -334,26 +364,26 @@ async def commit(fs: FileSystem, staged: Staged, max_bytes: int) -> Journal:
             ) from exc
         if skipped:
             log.warning("rollback left files changed by someone else: %s", ", ".join(skipped))
-        journal.finish()
+        journal.disarm()
         raise
     return journal
 
 
 async def settle(fs: FileSystem, journal: Journal | None) -> None:
-    """Flush what a commit (or an upstream-mode apply) wrote, then drop its journal.
-    Never raises: if the flush fails the journal is kept, unlocked, and the next
-    recovery completes or rolls back the commit from what the files hold."""
+    """Flush what a commit (or an upstream-mode apply) wrote, then void its journal
+    record. Never raises: if a flush fails the record stays armed and the file is
+    unlocked, so the next recovery completes or rolls back the commit from what the
+    files hold."""
     with anyio.CancelScope(shield=True):
         try:
             await fs.sync()
+            if journal is not None:
+                await anyio.to_thread.run_sync(journal.disarm)
         except Exception as exc:  # noqa: BLE001 - reported, and the journal covers it
             log.warning("flushing a patch's writes failed (%s)%s", exc,
                         f"; journal {journal.path} kept for recovery" if journal is not None else "")
             if journal is not None:
                 journal.keep()
-            return
-        if journal is not None:
-            journal.finish()
 
 
 # -- recovery ---------------------------------------------------------------------
@@ -447,24 +477,61 @@ def pending(journal_dir: Path) -> list[Path]:
         names = os.listdir(journal_dir)
     except (FileNotFoundError, NotADirectoryError):  # nothing to recover; a commit reports the problem
         return []
-    return sorted(journal_dir / n for n in names if n.endswith((SUFFIX, TMP_SUFFIX)))
+    return sorted(
+        journal_dir / n for n in names
+        if n.endswith((SUFFIX, TMP_SUFFIX)) or (n.endswith(SLOT_SUFFIX) and _armed(journal_dir / n))
+    )
 
 
-def _remove_retired(journal_dir: Path) -> None:
-    """Retired journals a crash left before their unlink."""
+def _armed(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SLOT_MAGIC)) == SLOT_MAGIC
+    except OSError:
+        return False
+
+
+def _slot_record(data: bytes) -> JournalRecord | None:
+    """The armed record of a slot's bytes; None when it is void or was cut short (its
+    commit never reached a file: files are touched only once the record is flushed)."""
+    if len(data) < _SLOT_HEAD.size:
+        return None
+    magic, size, crc = _SLOT_HEAD.unpack_from(data)
+    payload = data[_SLOT_HEAD.size:_SLOT_HEAD.size + size]
+    if magic != SLOT_MAGIC or len(payload) != size or zlib.crc32(payload) != crc:
+        return None
+    return _decode(payload)
+
+
+def _remove_void_slots(journal_dir: Path) -> None:
+    """Void slots whose owners are gone (a slot still locked belongs to a live Patcher)."""
     try:
         names = os.listdir(journal_dir)
     except (FileNotFoundError, NotADirectoryError):  # nothing to recover; a commit reports the problem
         return
     for name in names:
-        if name.endswith(RETIRED_SUFFIX):
-            (journal_dir / name).unlink(missing_ok=True)
+        if name.endswith(SLOT_SUFFIX) and not _armed(journal_dir / name):
+            _unlink_unlocked(journal_dir / name)
+
+
+def _unlink_unlocked(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        path.unlink(missing_ok=True)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
 
 
 async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int) -> Recovery:
     """Finish or roll back every journal whose writer is gone."""
     outcome = Recovery()
-    _remove_retired(journal_dir)
+    _remove_void_slots(journal_dir)
     for path in pending(journal_dir):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -483,7 +550,15 @@ async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int) -> Recovery
                 path.unlink(missing_ok=True)
                 continue
             try:
-                record = _decode(_read_all(fd))
+                if path.name.endswith(SLOT_SUFFIX):
+                    record = _slot_record(_read_all(fd))
+                    if record is None:
+                        log.warning("patch journal %s held no whole record (cut short before its "
+                                    "commit touched any file); dropped", path)
+                        path.unlink(missing_ok=True)
+                        continue
+                else:
+                    record = _decode(_read_all(fd))
             except (ValueError, KeyError, TypeError) as exc:
                 log.error("patch journal %s is unreadable (%s); moved aside", path, exc)
                 os.replace(path, str(path) + ".corrupt")

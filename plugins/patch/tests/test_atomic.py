@@ -67,11 +67,11 @@ def _old_tree(ws: Path) -> None:
 async def test_commit_applies_everything_and_settle_drops_the_journal(ws, state, fs):
     _old_tree(ws)
     changes, dirs = _changes(ws)
-    journal = await commit(fs, stage(state / "j", changes, dirs), MAX)
+    journal = await commit(fs, stage(Journal(state / "j"), changes, dirs), MAX)
     assert (ws / "a.txt").read_text() == "A\n" and not (ws / "b.txt").exists()
     assert (ws / "new/deep/c.txt").read_text() == "C\n" and (ws / "d.txt").read_text() == "D\n"
     # Until settled, the sealed journal stays, locked: a recovery leaves it alone.
-    assert pending(state / "j") == [journal.path] and journal.path.suffix == ".journal"
+    assert pending(state / "j") == [journal.path] and journal.path.suffix == ".slot"
     assert (await recover(fs, state / "j", MAX)).busy == [str(journal.path)]
     await settle(fs, journal)
     assert pending(state / "j") == []
@@ -80,7 +80,7 @@ async def test_commit_applies_everything_and_settle_drops_the_journal(ws, state,
 async def test_a_failed_flush_keeps_the_journal_for_recovery(ws, state, fs):
     _old_tree(ws)
     changes, dirs = _changes(ws)
-    journal = await commit(fs, stage(state / "j", changes, dirs), MAX)
+    journal = await commit(fs, stage(Journal(state / "j"), changes, dirs), MAX)
 
     class FailingSync:
         async def sync(self) -> None:
@@ -99,7 +99,7 @@ async def test_a_failing_write_mid_commit_is_rolled_back_at_once(ws, state, fs, 
     before = snapshot(ws)
     changes, dirs = _changes(ws)
     with pytest.raises(FsError, match="No space left"):
-        await commit(FailingWrites(fs, fail_at), stage(state / "j", changes, dirs), MAX)
+        await commit(FailingWrites(fs, fail_at), stage(Journal(state / "j"), changes, dirs), MAX)
     assert snapshot(ws) == before
     assert pending(state / "j") == []
 
@@ -110,9 +110,9 @@ async def test_a_failing_write_among_many_is_rolled_back(ws, state, fs):
     changes = [Change(str(ws / f"f{i}.txt"), f"{i}\n".encode(), f"{i} new\n".encode()) for i in range(20)]
     changes.append(Change(str(ws / "fresh/n.txt"), None, b"n\n"))
     with pytest.raises(FsError, match="No space left"):
-        await commit(FailingWrites(fs, 9), stage(state / "j", changes, [str(ws / "fresh")]), MAX)
+        await commit(FailingWrites(fs, 9), stage(Journal(state / "j"), changes, [str(ws / "fresh")]), MAX)
     assert snapshot(ws) == before
-    await settle(fs, await commit(fs, stage(state / "j", changes, [str(ws / "fresh")]), MAX))
+    await settle(fs, await commit(fs, stage(Journal(state / "j"), changes, [str(ws / "fresh")]), MAX))
     assert (ws / "f19.txt").read_text() == "19 new\n" and (ws / "fresh/n.txt").exists()
 
 
@@ -185,7 +185,7 @@ async def test_commit_rewrites_existing_files_on_their_inode(ws, state, fs):
     inode = (ws / "a.txt").stat().st_ino
     os.link(ws / "d.txt", ws / "d-link.txt")  # another hard link: replaced, never written through
     changes, dirs = _changes(ws)
-    await settle(fs, await commit(fs, stage(state / "j", changes, dirs), MAX))
+    await settle(fs, await commit(fs, stage(Journal(state / "j"), changes, dirs), MAX))
     assert (ws / "a.txt").stat().st_ino == inode and (ws / "a.txt").read_text() == "A\n"
     assert (ws / "d.txt").read_text() == "D\n" and (ws / "d-link.txt").read_text() == "d\n"
 
@@ -283,7 +283,7 @@ async def test_kill_9_during_commit_then_restart_gives_all_old_or_all_new(ws, st
         proc = subprocess.Popen([*argv, patch], cwd=ws, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         # The journal complete (renamed from .tmp): the writes are about to start.
-        while not any(p.suffix == ".journal" for p in pending(journal_dir)) and proc.poll() is None \
+        while not any(p.suffix == ".slot" for p in pending(journal_dir)) and proc.poll() is None \
                 and time.monotonic() < deadline:
             time.sleep(0.0005)
         time.sleep(rng.uniform(0, 0.03))
@@ -366,7 +366,7 @@ async def test_overlay_journals_the_original_of_a_file_deleted_then_re_added(ws,
         str(ws / "gone/inside.txt"): (None, b"x\n"),
     }
     assert store.new_dirs == [str(ws / "gone")]
-    await settle(fs, await commit(fs, stage(ws.parent / "j", store.changes(), store.new_dirs), MAX))
+    await settle(fs, await commit(fs, stage(Journal(ws.parent / "j"), store.changes(), store.new_dirs), MAX))
     assert (ws / "a.txt").read_text() == "new\n" and (ws / "m.txt").read_text() == "again\n"
     assert (ws / "gone/inside.txt").read_text() == "x\n" and (ws / "n.txt").read_text() == "n\n"
 
@@ -399,7 +399,7 @@ async def test_the_flush_follows_the_answer_and_the_next_apply_waits_for_it(ws, 
         assert (ws / "a.txt").read_text() == f"{new}\n"
     await backend.settled()
     assert [len(journals) for journals in seen] == [1, 1, 1]
-    assert len({journals[0] for journals in seen}) == 3
+    assert len({journals[0] for journals in seen}) == 1  # one file, reused by every commit
     assert pending(journal_dir) == []
 
 
@@ -417,3 +417,33 @@ async def test_a_journal_that_cannot_be_written_fails_the_call_with_nothing_chan
     assert info.value.code == "patch_commit_failed"
     assert str(blocked) in info.value.message and "no file was changed" in info.value.message
     assert (ws / "a.txt").read_text() == "one\n"
+
+
+async def test_the_journal_file_is_reused_and_a_cut_record_is_dropped(ws, state, fs):
+    """One file serves every commit (its blocks allocated once); a record a crash cut
+    short fails its CRC and is dropped without touching any file; a file grown for a
+    big patch shrinks back once the commit is settled."""
+    from codespace_patch import journal as journal_module
+
+    _old_tree(ws)
+    journal = Journal(state / "j")
+    changes, dirs = _changes(ws)
+    await settle(fs, await commit(fs, stage(journal, changes, dirs), MAX))
+    first = journal.path
+    big = [Change(str(ws / "big.txt"), b"x" * (20 << 20), b"y\n")]
+    (ws / "big.txt").write_bytes(b"x" * (20 << 20))
+    await settle(fs, await commit(fs, stage(journal, big, []), MAX))
+    assert journal.path == first and (ws / "big.txt").read_bytes() == b"y\n"
+    assert first.stat().st_size == journal_module._MIN_CAPACITY and journal.capacity == journal_module._MIN_CAPACITY
+    # A record cut short: its head says more bytes (or other bytes) than are there.
+    (ws / "a.txt").write_text("A\n")
+    journal.arm(record_for([Change(str(ws / "a.txt"), b"A\n", b"again\n")], []))
+    journal.sealed_blocking()
+    with open(first, "r+b") as f:  # the old content's last bytes never reached the disk
+        _, size, _ = journal_module._SLOT_HEAD.unpack(f.read(journal_module._SLOT_HEAD.size))
+        f.seek(journal_module._SLOT_HEAD.size + size - 2)
+        f.write(b"\0\0")
+    journal.keep()  # the writer dies
+    outcome = await recover(fs, state / "j", MAX)
+    assert not outcome.rolled_back and not outcome.completed and not outcome.failed
+    assert (ws / "a.txt").read_text() == "A\n" and pending(state / "j") == [] and not first.exists()
