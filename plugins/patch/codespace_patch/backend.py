@@ -234,12 +234,12 @@ class PatchBackend:
                 ) from exc
 
     def _settle_later(self, fs: FileSystem, journal: Journal | None) -> None:
-        """Flush the writes (and drop the journal) after the answer: the next apply
-        waits for it, so commits in one workspace never overlap."""
+        """Flush the writes (and void the journal record) after the answer: the next
+        apply waits for it, so commits in one workspace never overlap."""
         self._settling = asyncio.get_running_loop().create_task(settle(fs, journal))
 
     async def settled(self) -> None:
-        """Wait until the last apply's writes are flushed and its journal dropped."""
+        """Wait until the last apply's writes are flushed and its journal record voided."""
         task = self._settling
         if task is not None:
             await asyncio.shield(task)  # a cancelled waiter must not cancel the flush

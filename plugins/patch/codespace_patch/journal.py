@@ -364,7 +364,11 @@ async def commit(fs: FileSystem, staged: Staged, max_bytes: int) -> Journal:
             ) from exc
         if skipped:
             log.warning("rollback left files changed by someone else: %s", ", ".join(skipped))
-        journal.disarm()
+        try:
+            journal.disarm()
+        except OSError as again:  # the record stays armed: a recovery finds the files restored
+            log.warning("voiding the journal record %s failed (%s)", journal.path, again)
+            journal.keep()
         raise
     return journal
 
