@@ -165,8 +165,8 @@ class Journal:
     Each commit writes its record over the previous one and flushes it with
     ``fdatasync``; the file's blocks were allocated (written and fsynced) when it was
     created or grown, so that flush changes no metadata and needs no commit of the file
-    system's own journal — on this ext4, 0.5 ms against 1.1 ms for a new file's fsync
-    when idle, 0.9 against 5.8 ms with the other CPU busy. A record is armed until
+    system's own journal — on this ext4, 0.6 ms against 1.3 ms for a new file's fsync
+    (benchmarks/journal_flush.py), and the gap widens when the CPUs are busy. A record is armed until
     :meth:`disarm`; its length and CRC-32 tell a whole record from one a crash cut
     short (whose commit never touched a file)."""
 
