@@ -22,6 +22,7 @@ class LineView(Protocol):
     def span(self, start: int, stop: int) -> str:
         """Lines ``start`` to ``stop``, each followed by LF (whatever its own terminator)."""
 
+
 CONTEXT = 3
 NO_NEWLINE = "\\ No newline at end of file"
 
