@@ -143,7 +143,8 @@ def _rewrite_text(text: str, chunks: list[Chunk]) -> Rewrite | None:
                 return None
         line += text.count("\n", counted, found)
         counted = found
-        built.chunk(chunk, line, found)
+        for first, length, added, offset, end in _runs(chunk):
+            built.edit(line + first, length, added, found + offset, found + end)
         cursor = found + len(block)
     return built.finish(line + text.count("\n", counted))
 
@@ -160,27 +161,8 @@ class _TextBuilder:
         self.source = self.source_offset = 0  # the first old line (and offset) not yet carried over
         self.new_line = self.new_offset = 0
 
-    def chunk(self, chunk: Chunk, line: int, offset: int) -> None:
-        """The chunk's runs of removed and added lines (as :func:`_edits` finds them),
-        for a chunk matched whole at ``line``, which starts at ``offset``."""
-        run_line, run_offset, removed, added = line, offset, 0, []
-        for kind, text in chunk.lines:
-            if kind == "+":
-                added.append(text)
-                continue
-            if kind == " " and (removed or added):
-                self._edit(run_line, removed, added, run_offset, offset)
-                removed, added = 0, []
-            line += 1
-            offset += len(text) + 1
-            if kind == " ":
-                run_line, run_offset = line, offset
-            else:
-                removed += 1
-        if removed or added:
-            self._edit(run_line, removed, added, run_offset, offset)
-
-    def _edit(self, start: int, length: int, added: list[str], offset: int, end: int) -> None:
+    def edit(self, start: int, length: int, added: list[str], offset: int, end: int) -> None:
+        """Lines ``start`` to ``start + length`` (text ``offset`` to ``end``) become ``added``."""
         if start > self.source:
             self.kept.append((self.source, self.new_line, start - self.source))
             self.pieces.append(self.text[self.source_offset:offset])
@@ -248,7 +230,7 @@ def rewrite_by_lines(text: str, chunks: list[Chunk], path: str) -> Rewrite:
                 f"Failed to find expected lines in {path}:\n" + "\n".join(chunk.old),
                 code="patch_lines_not_found", hint=hint, details=details,
             )
-        edits += _edits(chunk, found, drop_old, drop_new)
+        edits += [(found + first, length, added) for first, length, added, _, _ in _runs(chunk, drop_old, drop_new)]
         cursor = found + len(pattern)
     edits.sort(key=lambda e: e[0])
     return _build(old, edits)
@@ -261,33 +243,37 @@ def _last_index(chunk: Chunk, excluded_kind: str) -> int:
     return -1
 
 
-def _edits(chunk: Chunk, start: int, drop_old: int, drop_new: int) -> list[Edit]:
-    """The chunk's runs of removed and added lines, at their file positions.
+def _runs(chunk: Chunk, drop_old: int = -1, drop_new: int = -1) -> list[tuple[int, int, list[str], int, int]]:
+    """The chunk's runs of removed and added lines, relative to its matched block:
+    (first old line, old lines removed, texts added, and the run's start and end as
+    character offsets in the block, each old line counted with one terminator).
 
     ``drop_old``/``drop_new`` name the diff line whose old (new) side the retry
     without a trailing empty line left out: a context line losing its old side
     becomes an insertion, one losing its new side a removal.
     """
-    edits: list[Edit] = []
-    position = start
-    run_start, removed, added = start, 0, []
+    runs: list[tuple[int, int, list[str], int, int]] = []
+    position = offset = 0
+    run_start, run_offset, removed, added = 0, 0, 0, []
     for index, (kind, text) in enumerate(chunk.lines):
         takes_old = kind != "+" and index != drop_old
         gives_new = kind != "-" and index != drop_new
         if takes_old and gives_new:
             if removed or added:
-                edits.append((run_start, removed, added))
+                runs.append((run_start, removed, added, run_offset, offset))
             position += 1
-            run_start, removed, added = position, 0, []
+            offset += len(text) + 1
+            run_start, run_offset, removed, added = position, offset, 0, []
             continue
         if takes_old:
             removed += 1
             position += 1
+            offset += len(text) + 1
         elif gives_new:
             added.append(text)
     if removed or added:
-        edits.append((run_start, removed, added))
-    return edits
+        runs.append((run_start, removed, added, run_offset, offset))
+    return runs
 
 
 def _build(old: Lines, edits: list[Edit]) -> Rewrite:

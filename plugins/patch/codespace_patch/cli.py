@@ -184,7 +184,7 @@ async def _apply_atomic(patch, resolve, workspace, fs, max_bytes: int):  # noqa:
     from codespace.contract import ToolError
 
     from .errors import PatchError
-    from .journal import Journal, JournalFailed, RollbackFailed, commit, pending, recover, settle, stage
+    from .journal import JournalFailed, RollbackFailed, commit_once, pending, recover
     from .plugin import journal_dir
     from .sections import run_sections
     from .stores import OverlayStore
@@ -198,9 +198,7 @@ async def _apply_atomic(patch, resolve, workspace, fs, max_bytes: int):  # noqa:
     if changes or store.new_dirs:
         workspace.ensure_state_dir()
         try:
-            journal = Journal(directory)
-            await settle(fs, await commit(fs, stage(journal, changes, store.new_dirs), max_bytes))
-            journal.close()
+            await commit_once(fs, directory, changes, store.new_dirs, max_bytes)
         except (ToolError, RollbackFailed, JournalFailed, OSError) as exc:
             raise PatchError(f"atomic commit failed: {exc}") from exc
     return run

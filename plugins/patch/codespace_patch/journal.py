@@ -145,12 +145,6 @@ def _decode(data: bytes) -> JournalRecord:
     return JournalRecord(entries, list(header["dirs"]), header.get("created", 0.0), header.get("pid", 0))
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -277,6 +271,7 @@ class Journal:
 
 
 def _pwrite_all(fd: int, pieces: list[bytes]) -> None:
+    """Write ``pieces`` one after the other from the start of the file."""
     offset = 0
     for piece in pieces:
         view = memoryview(piece)
@@ -373,6 +368,15 @@ async def commit(fs: FileSystem, staged: Staged, max_bytes: int) -> Journal:
     return journal
 
 
+async def commit_once(fs: FileSystem, journal_dir: Path, changes: list[Change], new_dirs: list[str],
+                      max_bytes: int) -> None:
+    """A whole commit for a one-shot process (the helper, the conformance harness):
+    journal, apply, flush, then the journal file is removed."""
+    journal = Journal(journal_dir)
+    await settle(fs, await commit(fs, stage(journal, changes, new_dirs), max_bytes))
+    journal.close()
+
+
 async def settle(fs: FileSystem, journal: Journal | None) -> None:
     """Flush what a commit (or an upstream-mode apply) wrote, then void its journal
     record. Never raises: if a flush fails the record stays armed and the file is
@@ -422,7 +426,7 @@ def _keep_found(journal: Path, index: int, content: bytes) -> Path:
     kept = journal.with_name(f"{journal.name}.found-{index}")
     fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        _write_all(fd, content)
+        _pwrite_all(fd, [content])
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -68,7 +68,7 @@ async def atomic_inprocess(root: str, patch: str, state_dir: str, backend: str) 
     from codespace.policy import normalize
     from codespace.workspace import Workspace
     from codespace_patch.errors import PatchError
-    from codespace_patch.journal import Journal, commit, settle, stage
+    from codespace_patch.journal import commit_once
     from codespace_patch.parser import parse_patch
     from codespace_patch.sections import run_sections
     from codespace_patch.stores import OverlayStore
@@ -82,9 +82,7 @@ async def atomic_inprocess(root: str, patch: str, state_dir: str, backend: str) 
         patch_obj = parse_patch(patch)
         store = OverlayStore(fs, max_bytes, root)
         run = await run_sections(patch_obj, lambda p: normalize(p, root), store)
-        journal = Journal(Path(state_dir) / "patch-journal")
-        await settle(fs, await commit(fs, stage(journal, store.changes(), store.new_dirs), max_bytes))
-        journal.close()
+        await commit_once(fs, Path(state_dir) / "patch-journal", store.changes(), store.new_dirs, max_bytes)
     except PatchError as exc:
         return Outcome(1, b"", (exc.message + "\n").encode())
     return Outcome(0, run.summary().encode(), b"")
