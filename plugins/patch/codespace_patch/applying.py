@@ -252,28 +252,37 @@ def _runs(chunk: Chunk, drop_old: int = -1, drop_new: int = -1) -> list[tuple[in
     without a trailing empty line left out: a context line losing its old side
     becomes an insertion, one losing its new side a removal.
     """
+    lines = chunk.lines if drop_old < 0 and drop_new < 0 else _without_sides(chunk.lines, drop_old, drop_new)
     runs: list[tuple[int, int, list[str], int, int]] = []
     position = offset = 0
     run_start, run_offset, removed, added = 0, 0, 0, []
-    for index, (kind, text) in enumerate(chunk.lines):
-        takes_old = kind != "+" and index != drop_old
-        gives_new = kind != "-" and index != drop_new
-        if takes_old and gives_new:
-            if removed or added:
-                runs.append((run_start, removed, added, run_offset, offset))
-            position += 1
-            offset += len(text) + 1
-            run_start, run_offset, removed, added = position, offset, 0, []
-            continue
-        if takes_old:
-            removed += 1
-            position += 1
-            offset += len(text) + 1
-        elif gives_new:
+    for kind, text in lines:
+        if kind == "+":
             added.append(text)
+            continue
+        if kind == " " and (removed or added):
+            runs.append((run_start, removed, added, run_offset, offset))
+            removed, added = 0, []
+        position += 1
+        offset += len(text) + 1
+        if kind == " ":
+            run_start, run_offset = position, offset
+        else:
+            removed += 1
     if removed or added:
         runs.append((run_start, removed, added, run_offset, offset))
     return runs
+
+
+def _without_sides(lines: list[tuple[str, str]], drop_old: int, drop_new: int) -> list[tuple[str, str]]:
+    """``lines`` with line ``drop_old`` losing its old side and ``drop_new`` its new one."""
+    out = []
+    for index, (kind, text) in enumerate(lines):
+        takes_old = kind != "+" and index != drop_old
+        gives_new = kind != "-" and index != drop_new
+        if takes_old or gives_new:
+            out.append((" " if takes_old and gives_new else "-" if takes_old else "+", text))
+    return out
 
 
 def _build(old: Lines, edits: list[Edit]) -> Rewrite:
