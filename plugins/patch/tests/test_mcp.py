@@ -214,3 +214,31 @@ async def test_deleting_a_link_is_upstream_mode_only(app_factory, ws, mode):
         assert (ws / "link").is_symlink()
         await call_ok(client, "apply_patch", {"mode": "upstream", "patch": patch_of("*** Delete File: link")})
     assert not (ws / "link").is_symlink() and (ws / "target.txt").read_text() == "t\n"
+
+
+@pytest.mark.parametrize("patch_mode", ["atomic", "upstream"])
+async def test_a_big_file_many_chunks_through_both_rewrite_paths(app_factory, ws, mode, patch_mode):
+    """A 0.7 MB file (read and written inline when cached, rewritten on the text path)
+    and its CRLF twin (the line path), 50 chunks each; then the same patch again, which
+    must fail as a whole and leave both files as the first call left them."""
+    lines = [f"line {i}: some representative text of a source file" for i in range(14000)]
+    lf = "".join(f"{line}\n" for line in lines)
+    write(ws, {"big.txt": lf, "big-crlf.txt": lf.replace("\n", "\r\n")})
+    body = []
+    for name in ("big.txt", "big-crlf.txt"):
+        body.append(f"*** Update File: {name}")
+        for i in range(100, 14000, 280):
+            body += [f"@@ line {i - 1}: some representative text of a source file",
+                     f"-line {i}: some representative text of a source file", f"+line {i}: CHANGED"]
+    patch = patch_of(*body)
+    want = "".join(f"line {i}: CHANGED\n" if i in range(100, 14000, 280) else f"{line}\n" for i, line in enumerate(lines))
+    async with connect(app_factory(), mode=mode) as client:
+        result = await call_ok(client, "apply_patch", {"patch": patch, "mode": patch_mode})
+        assert (ws / "big.txt").read_text() == want
+        assert (ws / "big-crlf.txt").read_bytes() == want.replace("\n", "\r\n").encode()
+        diffs = {f["path"]: f["diff"] for f in result["files"]}
+        assert diffs[str(ws / "big.txt")].count("\n@@ ") == 50 and diffs[str(ws / "big-crlf.txt")].count("\n@@ ") == 50
+        assert "-line 100: some representative text of a source file\n+line 100: CHANGED\n" in diffs[str(ws / "big.txt")]
+        before = snapshot(ws)
+        await call_error(client, "apply_patch", {"patch": patch, "mode": "atomic"})
+    assert snapshot(ws) == before
