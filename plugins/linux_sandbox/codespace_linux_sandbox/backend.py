@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 HELPER_SCRIPT = str(Path(__file__).with_name("__main__.py").resolve())
 _PROC_FAILURE = ("Can't mount proc", "/newroot/proc")
+CAP_SYS_ADMIN = 21
 
 
 @cache
@@ -99,6 +100,17 @@ class BwrapProbe:
     ok: bool
     mount_proc: bool
     detail: str
+
+
+def may_make_pid_namespaces() -> bool:
+    """Whether helpers (this process's credentials) hold CAP_SYS_ADMIN, which ``unshare(CLONE_NEWPID)``
+    needs: then bwrap runs as PID 1 of the helper's own namespace (see :mod:`.supervise`)."""
+    try:
+        with open("/proc/self/status") as f:
+            caps = next(line for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caps.split()[1], 16) >> CAP_SYS_ADMIN & 1)
 
 
 @cache
@@ -211,7 +223,8 @@ class LinuxSandbox:
             engine=choice.engine,
             available=choice.available,
             landlock_abi=abi,
-            cannot_enforce=cannot_enforce(choice.engine, abi, mount_proc=choice.mount_proc) if choice.available else [],
+            cannot_enforce=cannot_enforce(choice.engine, abi, mount_proc=choice.mount_proc,
+                                          pid_namespace=may_make_pid_namespaces()) if choice.available else [],
             detail=detail,
         )
 

@@ -19,7 +19,7 @@ PR_SET_CHILD_SUBREAPER = 36
 RLIMIT_CORE = 4
 LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8
 CLONE_PARENT = 0x00008000
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
 SIGCHLD = 17
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}
@@ -53,6 +53,7 @@ prctl = _Function(("prctl", _Process))
 setrlimit = _Function(("setrlimit", _Process))
 flock = _Function(("flock", _Process))
 setns = _Function(("setns", _Process))
+unshare = _Function(("unshare", _Process))
 ioctl = _Function(("ioctl", _Process))
 _syscall = _HoldingTheGil(("syscall", _Process))
 

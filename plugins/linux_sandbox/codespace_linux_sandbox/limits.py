@@ -28,11 +28,21 @@ LANDLOCK = [
 ]
 
 
-def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True) -> list[str]:
+BUBBLEWRAP_WITHOUT_PID_NAMESPACE = (
+    "a helper killed with SIGKILL while bwrap builds the sandbox (its first milliseconds: a timeout of a few ms, "
+    "an early terminate) can leave the command running, confined, until it ends: without CAP_SYS_ADMIN the helper "
+    "cannot make bwrap PID 1 of a PID namespace of its own, and bwrap's init asks to die with it only once the "
+    "sandbox is built"
+)
+
+
+def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid_namespace: bool = True) -> list[str]:
     if engine == "bubblewrap":
         out = list(BUBBLEWRAP)
         if not mount_proc:
             out.insert(0, "a fresh /proc: bwrap cannot mount proc here, so the host's /proc is visible read-only")
+        if not pid_namespace:
+            out.append(BUBBLEWRAP_WITHOUT_PID_NAMESPACE)
         return out
     out = list(LANDLOCK)
     if abi is not None and abi >= 4:

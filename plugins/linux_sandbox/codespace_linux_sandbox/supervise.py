@@ -2,8 +2,9 @@
 
 bubblewrap engine — process tree::
 
-    helper (session leader) ── bwrap (own session) ── bwrap init, PID 1
-                                                         └─ command, PID 2
+    helper (session leader) ── bwrap (own session; PID 1 of the helper's PID namespace)
+                                  └─ bwrap init, PID 1 of bwrap's PID namespace
+                                        └─ command, PID 2
 
 bwrap is started in a session of its own so that signals the host sends to the helper's
 group and session (timeouts, ``terminate``, Ctrl-C on a terminal) do not kill it (its
@@ -14,6 +15,19 @@ reaps every orphan and exits with the command's code, or 128+N when it died of s
 ``--die-with-parent`` kills the sandbox if the helper dies. When the helper forwarded
 signal N and the command ends with 128+N, the helper re-raises N, so the host sees the
 command killed by N as it would without a sandbox.
+
+``--die-with-parent`` alone leaves a gap: bwrap's init asks for its parent-death signal only
+once the sandbox is built, milliseconds after it starts, so a helper killed with SIGKILL in
+that time (a 5 ms timeout does it) killed the outer bwrap and left the init running the
+command. So the helper first makes a PID namespace of its own (``unshare(CLONE_NEWPID)``) and
+bwrap becomes its PID 1: when that dies, the kernel kills every process in the namespace and
+in the namespaces nested in it. The outer bwrap asks for SIGKILL on the helper's death right
+after cloning, before it writes ``--info-fd`` and before it lets the sandbox's init go on
+(bubblewrap 0.8.0, seen with strace); a helper that died before that leaves no reader on the
+info pipe, so the write raises SIGPIPE and ends bwrap all the same. bwrap reports the init's
+pid in its own namespace; the helper translates it. A helper that may not make a namespace
+(no CAP_SYS_ADMIN) starts bwrap as before, and the gap is listed among what the sandbox
+cannot enforce.
 
 When the server dies, the helper gets its parent-death signal (SIGTERM), forwards it, and
 gives the command :data:`PARENT_DEATH_GRACE_S` to end before it kills the sandbox: nothing
@@ -26,6 +40,8 @@ Landlock engine — see :mod:`.landlock_engine`.
 import _signal
 import posix
 import time
+
+from . import libc
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs time on every command
 if TYPE_CHECKING:
@@ -63,6 +79,9 @@ class _Forwarder:
         self.group: int | None = None
         self.received: list[int] = []
         self.fallback_pid: int | None = None
+        self.leads_namespace = False  # bwrap (fallback_pid) is PID 1 of the helper's PID namespace
+        self.killed_for: int | None = None
+        self.reported = False  # bwrap wrote the sandbox's PID 1 to --info-fd
         self.parent = posix.getppid()
         self._last: dict[int, float] = {}
         self._deadline_armed = False
@@ -81,7 +100,10 @@ class _Forwarder:
             if start >= 0:
                 digits = data[start + 12:].lstrip(b" ").split(b",")[0].split(b"\n")[0].strip()
                 if digits.isdigit():
+                    self.reported = True
                     self.group = int(digits)
+                    if self.leads_namespace and self.fallback_pid is not None:
+                        self.group = host_pid(self.fallback_pid, self.group)  # None: already gone
         return self.group
 
     def kill_all(self) -> None:
@@ -108,7 +130,14 @@ class _Forwarder:
         try:
             if group is not None:
                 posix.killpg(group, signum)
-            elif self.fallback_pid is not None:
+            elif self.reported or self.fallback_pid is None:
+                pass  # bwrap not started yet, or the sandbox has ended (and bwrap is about to)
+            elif self.leads_namespace:
+                # No sandbox yet: stop bwrap itself. As PID 1 of a namespace it ignores every
+                # signal it has no handler for but SIGKILL, which the helper reports as signum.
+                self.killed_for = signum
+                posix.kill(self.fallback_pid, _signal.SIGKILL)
+            else:
                 posix.kill(self.fallback_pid, signum)  # no sandbox yet: stop bwrap itself
         except OSError:
             pass
@@ -153,6 +182,11 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
             posix.set_inheritable(fd, True)
         forward = _Forwarder(info_read)
         previous = {signum: _signal.signal(signum, forward) for signum in FORWARDED}
+        # bwrap becomes PID 1 of a namespace of ours (module docstring): it asks for SIGKILL on our
+        # death right after cloning the sandbox, and only then writes --info-fd; had we died before
+        # it asked, that write fails (we hold the only read end) and SIGPIPE ends it. Either way
+        # the kernel then ends every process in the namespace. No CAP_SYS_ADMIN: as before.
+        forward.leads_namespace = libc.unshare(libc.CLONE_NEWPID) == 0
         pid = posix.posix_spawn(bwrap, [bwrap, "--args", str(args_fd), "--", *command], {}, setsid=True,
                                 setsigdef=PYTHON_IGNORED)
         forward.fallback_pid = pid
@@ -189,4 +223,28 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
         posix.close(forward.info_fd)
     if failure is not None:
         raise SandboxSetupError(failure)
-    return _exit_code(status), forward.received
+    code = _exit_code(status)
+    if code == -_signal.SIGKILL and forward.killed_for is not None:
+        code = -forward.killed_for
+    return code, forward.received
+
+
+def host_pid(parent: int, inner: int) -> int | None:
+    """Our number for the child of ``parent`` that ``parent``'s PID namespace numbers ``inner``
+    (bwrap reports the sandbox's PID 1 in its own namespace); None when it is gone."""
+    def matches(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                status = f.read()
+        except OSError:
+            return False
+        ppid = status.partition(b"\nPPid:\t")[2].partition(b"\n")[0]
+        nspid = status.partition(b"\nNSpid:\t")[2].partition(b"\n")[0].split()
+        return ppid == str(parent).encode() and len(nspid) > 1 and nspid[1] == str(inner).encode()
+
+    near = range(parent + 1, parent + 33)  # pids are handed out in order: bwrap's first child is close
+    found = next((pid for pid in near if matches(pid)), None)
+    if found is None:
+        found = next((int(name) for name in posix.listdir("/proc")
+                      if name.isdigit() and int(name) not in near and matches(int(name))), None)
+    return found

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 from codespace_linux_sandbox.backend import interpreter
-from conftest import require_engine
+from conftest import live_pids_in, require_engine
 
 from codespace.doctor import run_checks
 from codespace.testing import build_app, call_error, call_ok, connect
@@ -74,6 +77,24 @@ async def test_terminate_a_sandboxed_session(app_for, engine, mode):
         assert started["running"] is True
         stopped = await call_ok(client, "terminate", {"session_id": started["session_id"], "grace_ms": 5000})
         assert stopped["running"] is False and stopped["exit_code"] == 143 and stopped["signal"] == "SIGTERM"
+
+
+async def test_timeouts_of_a_few_milliseconds_leave_nothing_running(app_for, engine, mode):
+    """The watchdog's SIGKILL lands while the sandbox is still being built: nothing of the
+    command may outlive the call (bwrap's init used to, running the command to its end)."""
+    marker = "sleep 86393"
+    try:
+        async with connect(app_for(), mode=mode) as client:
+            for timeout_ms in range(1, 16):
+                out = await call_ok(client, "exec", {"command": f"exec {marker}", "timeout_ms": timeout_ms})
+                assert out["timed_out"] is True and out["exit_code"] == 124, out
+        deadline = time.monotonic() + 5
+        while live_pids_in([marker]) and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        assert live_pids_in([marker]) == []
+    finally:
+        for pid in live_pids_in([marker]):
+            os.kill(pid, signal.SIGKILL)
 
 
 async def test_pipe_sessions_take_the_fast_path(app_for, engine, mode):

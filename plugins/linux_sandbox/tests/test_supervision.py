@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
 
-from conftest import live_pids_in
+import pytest
+from codespace_linux_sandbox import libc, supervise
+from codespace_linux_sandbox.backend import may_make_pid_namespaces
+from codespace_linux_sandbox.limits import cannot_enforce
+from conftest import live_pids_in, require_engine
 
 from codespace.processes.kill import kill_session
 
@@ -96,6 +101,132 @@ def test_nothing_survives_a_killed_helper(sandbox_env):
     while live_pids_in([f"sleep {marker}"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert live_pids_in([f"sleep {marker}"]) == []
+
+
+def test_nothing_survives_a_helper_killed_while_the_sandbox_is_built(sandbox_env):
+    """SIGKILL at moments spread over the first 40 ms (a helper started per command spends most
+    of that starting Python; bwrap's set-up takes a few ms). bwrap's init asks to die with its
+    parent only once the sandbox is built, so with the outer bwrap killed it lived on and ran
+    the command (218 of 300 kills over 12 ms on the fast path, before the helper made bwrap
+    PID 1 of a PID namespace of its own; a leak also shows here as pipes left open)."""
+    marker = "sleep 319.51"
+    try:
+        for i in range(100):
+            proc = sandbox_env.popen(["/bin/sh", "-c", f"exec {marker}"])
+            time.sleep(i * 0.0004)
+            kill_session(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=20)
+            assert proc.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 5
+        while live_pids_in([marker]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert live_pids_in([marker]) == []
+    finally:
+        for pid in live_pids_in([marker]):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_helper_dead_before_bwrap_asks_to_die_with_it_still_ends_the_sandbox():
+    """The helper dies right after spawning bwrap, before bwrap has asked for its parent-death
+    signal (it takes milliseconds to get there): its info write then finds no reader, SIGPIPE ends
+    it, and with it the namespace, whose init never asked either. Before the helper made the
+    namespace, this left the sandbox running the command."""
+    require_engine("bubblewrap")
+    if not may_make_pid_namespaces():
+        pytest.skip("needs CAP_SYS_ADMIN for the helper's PID namespace")
+    marker = "319.77"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            supervise.run_bwrap(
+                shutil.which("bwrap"),
+                lambda info_fd, block_fd: ["--unshare-pid", "--unshare-net", "--die-with-parent", "--new-session",
+                                           "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+                                           "--info-fd", str(info_fd)],
+                ["/bin/sleep", marker], [], lambda bwrap_pid: os.kill(os.getpid(), signal.SIGKILL))
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    try:
+        assert os.waitstatus_to_exitcode(status) == -signal.SIGKILL
+        time.sleep(1.0)  # what survived has built its sandbox by now
+        assert live_pids_in([marker]) == []
+    finally:
+        for survivor in live_pids_in([marker]):
+            os.kill(survivor, signal.SIGKILL)
+
+
+def test_without_cap_sys_admin_bwrap_starts_as_before(sandbox_env):
+    """A helper that may not make a PID namespace spawns bwrap in the caller's, as before
+    (and workspace_info lists the gap); commands run, and signals still reach them."""
+    if sandbox_env.sandbox.choice().engine != "bubblewrap" or sandbox_env.start != "wrap":
+        pytest.skip("the bubblewrap engine's helper, started per command")
+    if not shutil.which("setpriv") or os.geteuid() != 0:
+        pytest.skip("needs root and setpriv to start a helper without CAP_SYS_ADMIN")
+    spec = sandbox_env.spec(["/bin/sh", "-c", "echo ready; exec sleep 30"])
+    env = dict(spec.env)
+    readers = []
+    for name, payload in spec.inherit.items():
+        r, w = os.pipe()
+        os.write(w, payload)
+        os.close(w)
+        env[f"CODESPACE_FD_{name.upper()}"] = str(r)
+        readers.append(r)
+    proc = subprocess.Popen(["setpriv", "--bounding-set", "-sys_admin", "--", *spec.argv], cwd=spec.cwd, env=env,
+                            pass_fds=readers, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    for r in readers:
+        os.close(r)
+    try:
+        _wait_for(proc, b"ready")
+        assert _children_in_own_namespace(proc.pid) == []
+        kill_session(proc.pid, signal.SIGTERM)  # forwarded to the command's group, as with a namespace
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert _status(proc.returncode) == 143, err
+
+
+def _children_in_own_namespace(pid: int) -> list[int]:
+    """Children of ``pid`` that lead a PID namespace below it (NSpid lists two numbers or more)."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+        except (OSError, ValueError):
+            continue
+        if name.isdigit() and int(status["PPid"]) == pid and len(status["NSpid"].split()) > 1:
+            found.append(int(name))
+    return found
+
+
+def test_bwrap_leads_a_pid_namespace_of_the_helper(sandbox_env):
+    if sandbox_env.sandbox.choice().engine != "bubblewrap" or not may_make_pid_namespaces():
+        pytest.skip("only the bubblewrap engine, with CAP_SYS_ADMIN")
+    proc = sandbox_env.popen(["/bin/sh", "-c", "echo ready; exec sleep 30"])
+    try:
+        _wait_for(proc, b"ready")
+        leaders = _children_in_own_namespace(proc.pid)
+        assert len(leaders) == 1, leaders
+        with open(f"/proc/{leaders[0]}/status") as f:
+            nspid = next(line for line in f if line.startswith("NSpid:")).split()[1:]
+        assert nspid[1] == "1"  # PID 1 there: its death ends the whole namespace
+    finally:
+        kill_session(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=20)
+
+
+def _unshare_works() -> bool:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if libc.unshare(libc.CLONE_NEWPID) == 0 else 1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def test_the_capability_check_agrees_with_the_kernel_and_names_the_gap():
+    assert may_make_pid_namespaces() == _unshare_works()
+    assert cannot_enforce("bubblewrap", None, pid_namespace=True) == []
+    assert any("CAP_SYS_ADMIN" in line for line in cannot_enforce("bubblewrap", None, pid_namespace=False))
 
 
 def test_stdin_and_stdout_pass_through(sandbox_env):
