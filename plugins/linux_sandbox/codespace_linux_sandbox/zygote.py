@@ -13,7 +13,8 @@ For each request it forks the per-command helper with ``clone(CLONE_PARENT)``: t
 process is a child of the *server*, not of the zygote, so the server waits for it and reaps
 it like any child of its own (exit status straight from the kernel, no relay), and the
 command outlives neither a crash of the zygote nor one of its own siblings. The child
-leads a new session (the pid the host signals and sweeps), asks for SIGTERM when the
+leads a new session (the pid the host signals and sweeps; the zygote replies only once it
+does), asks for SIGTERM when the
 server dies, puts the three descriptors on 0/1/2 and runs :func:`.helper.run` with the
 handshake exactly as a helper started per command would (handshake v1 checks, messages,
 exit codes, engines, supervision).
@@ -52,12 +53,13 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _child(channel: _socket.socket, fds: list[int], server: int) -> None:
+def _child(channel: _socket.socket, fds: list[int], server: int, in_session: int) -> None:
     """The per-command helper, in the child of clone(CLONE_PARENT). Never returns."""
     code = helper.SETUP_FAILED_EXIT_CODE
     try:
         channel.close()  # never hold the zygote's socket: the server watches it for the zygote's end
         posix.setsid()
+        posix.close(in_session)  # lets the zygote reply with our pid
         libc.prctl(libc.PR_SET_PDEATHSIG, 15)  # SIGTERM, as for every command the host starts
         if posix.getppid() != server:
             posix._exit(1)  # the server died before the signal was armed
@@ -113,14 +115,22 @@ def serve(channel_fd: bytes, parent: bytes) -> int:
                 posix.close(fd)
             channel.send(b"E" + f"malformed request ({len(data)} bytes, {len(fds)} descriptors)".encode())
             continue
+        # The reply waits until the child leads its session: a host that signals the pid's
+        # group at once (a 1 ms timeout) would otherwise find no such group, and the child,
+        # unsignalled, would go on to run the command.
+        in_session_read, in_session_write = posix.pipe()
         try:
             pid = libc.clone_parent()
         except OSError as exc:
             reply = b"E" + str(exc).encode("utf-8", "replace")
         else:
             if pid == 0:
-                _child(channel, fds, server)
+                posix.close(in_session_read)
+                _child(channel, fds, server, in_session_write)
             reply = b"P%d" % pid
+        posix.close(in_session_write)
+        posix.read(in_session_read, 1)  # end of file: the child called setsid() (or died)
+        posix.close(in_session_read)
         for fd in fds:
             posix.close(fd)
         channel.send(reply)
