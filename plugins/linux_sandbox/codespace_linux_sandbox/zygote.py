@@ -14,10 +14,9 @@ process is a child of the *server*, not of the zygote, so the server waits for i
 it like any child of its own (exit status straight from the kernel, no relay), and the
 command outlives neither a crash of the zygote nor one of its own siblings. The child
 leads a new session (the pid the host signals and sweeps; the zygote replies only once it
-does), asks for SIGTERM when the
-server dies, puts the three descriptors on 0/1/2 and runs :func:`.helper.run` with the
-handshake exactly as a helper started per command would (handshake v1 checks, messages,
-exit codes, engines, supervision).
+does), asks for SIGTERM when the server dies, puts the three descriptors on 0/1/2 and runs
+:func:`.helper.run` with the handshake exactly as a helper started per command would
+(handshake v1 checks, messages, exit codes, engines, supervision).
 
 Hardening (DESIGN §6) happens here once and is inherited by every child: non-dumpable,
 ``RLIMIT_CORE`` 0, ``LD_*`` removed; failure is fatal with upstream's exit codes. The
@@ -118,19 +117,21 @@ def serve(channel_fd: bytes, parent: bytes) -> int:
         # The reply waits until the child leads its session: a host that signals the pid's
         # group at once (a 1 ms timeout) would otherwise find no such group, and the child,
         # unsignalled, would go on to run the command.
-        in_session_read, in_session_write = posix.pipe()
+        in_session: tuple[int, int] | None = None
         try:
+            in_session = posix.pipe()
             pid = libc.clone_parent()
         except OSError as exc:
             reply = b"E" + str(exc).encode("utf-8", "replace")
         else:
             if pid == 0:
-                posix.close(in_session_read)
-                _child(channel, fds, server, in_session_write)
+                posix.close(in_session[0])
+                _child(channel, fds, server, in_session[1])
             reply = b"P%d" % pid
-        posix.close(in_session_write)
-        posix.read(in_session_read, 1)  # end of file: the child called setsid() (or died)
-        posix.close(in_session_read)
+        if in_session is not None:
+            posix.close(in_session[1])
+            posix.read(in_session[0], 1)  # end of file: the child called setsid() (or died; or none)
+            posix.close(in_session[0])
         for fd in fds:
             posix.close(fd)
         channel.send(reply)

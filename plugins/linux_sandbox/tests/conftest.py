@@ -149,10 +149,12 @@ class Env:
     def spec(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> CommandSpec:
         return self.sandbox.wrap(self.command(argv, env, cwd), layout_for(self.workspace))
 
-    def popen(self, argv: list[str], *, env: dict[str, str] | None = None, **kwargs: object):
+    def popen(self, argv: list[str], *, env: dict[str, str] | None = None, wrapper: tuple[str, ...] = (),
+              **kwargs: object):
         """Start the helper the way the host does: own session, payloads on inherited pipes
-        (``wrap``), or through the fast path (``launch``)."""
+        (``wrap``, the helper run under ``wrapper`` if given), or through the fast path (``launch``)."""
         if self.start == "launch":
+            assert not wrapper, "a helper forked by the warm helper runs under no wrapper"
             kwargs.pop("start_new_session", None)
             if "preexec_fn" in kwargs:
                 pytest.skip("a helper forked by the warm helper cannot run a preexec_fn (terminals use wrap)")
@@ -170,7 +172,7 @@ class Env:
         kwargs.setdefault("stderr", subprocess.PIPE)
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         kwargs.setdefault("start_new_session", True)
-        proc = subprocess.Popen(spec.argv, cwd=spec.cwd, env=child_env, pass_fds=fds, **kwargs)
+        proc = subprocess.Popen([*wrapper, *spec.argv], cwd=spec.cwd, env=child_env, pass_fds=fds, **kwargs)
         for r in fds:
             os.close(r)
         for w, payload in writers:
