@@ -371,10 +371,12 @@ async def commit(fs: FileSystem, staged: Staged, max_bytes: int) -> Journal:
 async def commit_once(fs: FileSystem, journal_dir: Path, changes: list[Change], new_dirs: list[str],
                       max_bytes: int) -> None:
     """A whole commit for a one-shot process (the helper, the conformance harness):
-    journal, apply, flush, then the journal file is removed."""
+    journal, apply, flush, then the journal file is removed (kept if a record is armed)."""
     journal = Journal(journal_dir)
-    await settle(fs, await commit(fs, stage(journal, changes, new_dirs), max_bytes))
-    journal.close()
+    try:
+        await settle(fs, await commit(fs, stage(journal, changes, new_dirs), max_bytes))
+    finally:
+        journal.close()
 
 
 async def settle(fs: FileSystem, journal: Journal | None) -> None:
@@ -511,8 +513,9 @@ def _slot_record(data: bytes) -> JournalRecord | None:
     return _decode(payload)
 
 
-def _remove_void_slots(journal_dir: Path) -> None:
-    """Void slots whose owners are gone (a slot still locked belongs to a live Patcher)."""
+def remove_void_slots(journal_dir: Path) -> None:
+    """Void slots whose owners are gone (a slot still locked belongs to a live Patcher):
+    every server leaves its Patchers' slots behind when it stops."""
     try:
         names = os.listdir(journal_dir)
     except (FileNotFoundError, NotADirectoryError):  # nothing to recover; a commit reports the problem
@@ -539,7 +542,7 @@ def _unlink_unlocked(path: Path) -> None:
 async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int) -> Recovery:
     """Finish or roll back every journal whose writer is gone."""
     outcome = Recovery()
-    _remove_void_slots(journal_dir)
+    remove_void_slots(journal_dir)
     for path in pending(journal_dir):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)

@@ -63,10 +63,12 @@ def _run_on_thread(fn):  # noqa: ANN001, ANN202
 
 @hookimpl
 def codespace_startup(workspace: Workspace, backends: Backends) -> None:
-    """Roll back (or finish) an atomic commit a crash interrupted."""
-    from .journal import describe, pending, recover
+    """Roll back (or finish) an atomic commit a crash interrupted; remove the journal
+    files stopped servers left."""
+    from .journal import describe, pending, recover, remove_void_slots
 
     directory = journal_dir(workspace)
+    remove_void_slots(directory)
     if not pending(directory):
         return
     fs = backends.filesystem()

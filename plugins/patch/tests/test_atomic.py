@@ -77,6 +77,26 @@ async def test_commit_applies_everything_and_settle_drops_the_journal(ws, state,
     assert pending(state / "j") == []
 
 
+async def test_a_server_start_removes_the_journal_files_stopped_servers_left(ws, state, fs, app_factory, mode):
+    """Each Patcher keeps one journal file for its whole life and leaves it, void, when its
+    server stops; the next start removes those (a file still locked belongs to a live server)."""
+    from codespace.tools.patch import JOURNAL_DIR
+
+    _old_tree(ws)
+    changes, dirs = _changes(ws)
+    stopped = await commit(fs, stage(Journal(state / JOURNAL_DIR), changes, dirs), MAX)
+    await settle(fs, stopped)
+    stopped.keep()  # its server is gone: the file is void and unlocked
+    live = Journal(state / JOURNAL_DIR)
+    live.arm(record_for([], []))
+    live.sealed_blocking()
+    live.disarm()  # void, but still locked by its (live) owner
+    async with connect(app_factory(), mode=mode):
+        pass
+    assert not stopped.path.exists() and live.path.exists()
+    live.close()
+
+
 async def test_a_failed_flush_keeps_the_journal_for_recovery(ws, state, fs):
     _old_tree(ws)
     changes, dirs = _changes(ws)
