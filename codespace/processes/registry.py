@@ -149,6 +149,7 @@ class ProcessRegistry:
         if self._tg is None:
             raise ToolError("the server is shutting down; no new commands", code="shutting_down")
         await self._make_room()
+        requested = spec.argv  # what list_sessions shows: the user's command, not a wrapper's argv
         fast = sandbox is not None and not spec.tty and callable(getattr(sandbox[0], "launch", None))
         if sandbox is not None and not fast:
             spec = sandbox[0].wrap(spec, sandbox[1])
@@ -184,7 +185,7 @@ class ProcessRegistry:
         session = Session(
             id=f"s{self._counter}-{secrets.token_hex(3)}",
             process=process,
-            argv=spec.argv,
+            argv=requested,
             tty=spec.tty,
             interactive=spec.interactive or spec.tty,
             operation_id=operation_id,

@@ -37,6 +37,7 @@ class Plan:
     def __init__(self) -> None:
         self.args: list[str] = []
         self.placeholders: list[str] = []
+        self.terminal = ""  # the session's terminal (/dev/pts/N) when the command runs on one
 
 
 def _lstat_mode(path: str) -> int | None:
@@ -100,6 +101,17 @@ def check_links(policy: dict) -> None:
                 )
 
 
+def _terminal(handshake: dict) -> str:
+    """The host pty the command runs on (its stdin), if any and if seccomp denies TIOCSTI."""
+    if handshake["options"]["seccomp"] == "none" or not posix.isatty(0):
+        return ""
+    try:
+        name = posix.ttyname(0)
+    except OSError:
+        return ""
+    return name if name.startswith("/dev/pts/") and name[9:].isdigit() else ""
+
+
 def private_tmp_dirs(policy: dict, env: dict) -> list[str]:
     """Directories that get a private tmpfs: ``/tmp`` and ``$TMPDIR``, unless the policy
     makes them writable (then the command writes the host's, as the policy says)."""
@@ -133,7 +145,11 @@ def build(handshake: dict) -> Plan:
     check_links(policy)
     plan = Plan()
     args = plan.args
-    args += ["--new-session", "--die-with-parent"]
+    plan.terminal = _terminal(handshake)
+    # --new-session stops TIOCSTI injection into the host's terminal, but it also takes the
+    # command's controlling terminal away. On a terminal of its own (a tty session) the command
+    # keeps it, for job control; the seccomp filter denies TIOCSTI and TIOCLINUX instead.
+    args += ["--die-with-parent"] if plan.terminal else ["--new-session", "--die-with-parent"]
     readable = policy["readable"]
     if "/" in readable:
         args += ["--ro-bind", "/", "/"]
@@ -142,6 +158,10 @@ def build(handshake: dict) -> Plan:
             if _is_dir(root) or _lstat_mode(root) is not None:
                 args += ["--ro-bind", root, root]
     args += ["--dev", "/dev"]
+    if plan.terminal:
+        # Only the session's own terminal, at its host name (``tty`` shows /dev/pts/N): binding
+        # the host's devpts would open every other terminal of the same uid to the command.
+        args += ["--tmpfs", "/dev/pts", "--dev-bind", plan.terminal, plan.terminal]
 
     writable = [w for w in policy["writable"] if _is_dir(w)]
     ops: list[tuple[int, int, list[str]]] = []  # (depth, kind order, args)

@@ -83,7 +83,8 @@ def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool) -> int:
         with Placeholders(hs["options"]["run_dir"], plan.placeholders):
             code, received = supervise.run_bwrap(
                 bwrap, args_for, hs["command"]["argv"], [] if seccomp_fd is None else [seccomp_fd], harden,
-                sandbox_ready=open_proxy_listener if route is not None else None)
+                sandbox_ready=open_proxy_listener if route is not None else None,
+                own_session=not plan.terminal)  # a terminal's command keeps it as controlling tty
     except supervise.SandboxSetupError as exc:
         return _fail(str(exc))
     except OSError as exc:

@@ -159,7 +159,7 @@ def reraise_or_code(code: int, received: list[int]) -> int:
 
 def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: list[str], pass_fds: list[int],
               after_spawn: "Callable[[int], None]",
-              sandbox_ready: "Callable[[int], None] | None" = None) -> tuple[int, list[int]]:
+              sandbox_ready: "Callable[[int], None] | None" = None, own_session: bool = True) -> tuple[int, list[int]]:
     """Run bwrap with ``args_for(info_fd, block_fd)`` (handed over through a memfd, so the command's
     environment never shows in /proc/<pid>/cmdline) and call ``after_spawn(pid)`` while bwrap sets
     the sandbox up on another core; returns (exit code, signals forwarded).
@@ -187,7 +187,7 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
         # it asked, that write fails (we hold the only read end) and SIGPIPE ends it. Either way
         # the kernel then ends every process in the namespace. No CAP_SYS_ADMIN: as before.
         forward.leads_namespace = libc.unshare(libc.CLONE_NEWPID) == 0
-        pid = posix.posix_spawn(bwrap, [bwrap, "--args", str(args_fd), "--", *command], {}, setsid=True,
+        pid = posix.posix_spawn(bwrap, [bwrap, "--args", str(args_fd), "--", *command], {}, setsid=own_session,
                                 setsigdef=PYTHON_IGNORED)
         forward.fallback_pid = pid
     except BaseException:
