@@ -3,8 +3,9 @@
 Children are started as session leaders (pid == pgid == sid). Shells with job
 control move jobs into their own process groups, so killing the group alone can
 miss them; every process still in the leader's session is found through /proc
-and killed too. Only a process that calls setsid() itself leaves the session;
-the sandbox's PID namespace is what catches those.
+and killed too. Only a process that calls setsid() itself leaves the session: the command's
+cgroup (tracking.py), the keeper's subreaper tree (keeper.py) or the sandbox's
+PID namespace is what catches those.
 """
 
 from __future__ import annotations
@@ -59,4 +60,38 @@ def kill_session(leader: int, signum: int = signal.SIGKILL) -> int:
             sent += 1
         except (ProcessLookupError, PermissionError):
             pass
+    return sent
+
+
+def descendants(root: int) -> list[int]:
+    """Live processes below ``root``, from the parent links in /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = stat_fields(int(entry))
+        if fields is not None and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(root: int) -> int:
+    """SIGKILL every descendant of ``root`` (not ``root``), round after round until none is
+    left: used on a keeper before it is killed, while orphans still come back to it."""
+    sent = 0
+    for _ in range(100):
+        found = descendants(root)
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                sent += 1
+            except OSError:
+                pass
     return sent

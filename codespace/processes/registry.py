@@ -19,13 +19,15 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 
 from ..contract import CommandSpec, ToolError
 from ..store import proc_start_ticks
 from .buffer import OutputBuffer
 from .kill import kill_session
 from .session import Session
-from .spawn import PipeProcess, close_parent_copies, feed_payloads, prepare_inherited
+from .spawn import PipeProcess, close_parent_copies, feed_payloads, prepare_inherited, resolve_program
+from .tracking import Tracker, remove_tree, wrap_argv
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -71,9 +73,12 @@ class ProcessRegistry:
         self._sessions: dict[str, Session] = {}
         self._tg: TaskGroup | None = None
         self._counter = 0
+        self.tracker = Tracker(workspace.state_dir)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[ProcessRegistry]:
+        # Before any command: what a crashed predecessor's commands left in their cgroups dies.
+        await anyio.to_thread.run_sync(self.tracker.start)
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
@@ -81,6 +86,7 @@ class ProcessRegistry:
             finally:
                 with anyio.CancelScope(shield=True):
                     await self.shutdown()
+                    await anyio.to_thread.run_sync(self.tracker.stop)
                 self._tg = None
                 tg.cancel_scope.cancel()
 
@@ -154,6 +160,7 @@ class ProcessRegistry:
         if sandbox is not None and not fast:
             spec = sandbox[0].wrap(spec, sandbox[1])
         spec, writers = prepare_inherited(spec)
+        group = None if fast else self.tracker.new_group()
         try:
             if fast:
                 pipe = await PipeProcess.launch(spec, *sandbox)
@@ -162,6 +169,8 @@ class ProcessRegistry:
             elif spec.tty:
                 terminal = self.backends.terminal()
                 try:
+                    resolve_program(spec)  # a missing program is named, not the stub's exit 127
+                    spec = spec.model_copy(update={"argv": wrap_argv(group, spec.argv)})
                     tp = await terminal.spawn(spec)
                 except OSError as exc:
                     from .spawn import spawn_error
@@ -170,9 +179,13 @@ class ProcessRegistry:
                 process = _TerminalAdapter(tp)
                 readers_src = [tp.read]
             else:
-                pipe = PipeProcess.spawn(spec)
+                pipe = PipeProcess.spawn(spec, group)
                 process = pipe
                 readers_src = [lambda: pipe.read("stdout"), lambda: pipe.read("stderr")]
+        except BaseException:
+            if group is not None:
+                remove_tree(group)
+            raise
         finally:
             close_parent_copies(spec)
         cap = self.workspace.limits.output_cap_bytes
@@ -194,6 +207,8 @@ class ProcessRegistry:
             readers=readers,
             timeout_s=timeout_s,
             on_finish=self._finished,
+            group=group,
+            keeper=not fast and group is None,
         )
         self._sessions[session.id] = session
         if operation_id is not None:
@@ -205,6 +220,8 @@ class ProcessRegistry:
 
     async def _finished(self, session: Session) -> None:
         """Close the operation of a session whose exec call returned while it still ran."""
+        if session.group is not None and remove_tree(session.group):
+            session.group = None  # empty and gone; a non-empty one is killed at terminate or shutdown
         if not session.detached or session.operation_id is None:
             return
         # The stored result stays what the exec call returned, with its final status:

@@ -12,7 +12,8 @@ from typing import Any, Protocol
 import anyio
 
 from .buffer import OutputBuffer, complete_utf8_prefix
-from .kill import kill_session, members
+from .kill import descendants, kill_session, kill_tree, members
+from .tracking import populated, signal_group
 
 DRAIN_AFTER_EXIT_S = 2.0  # grandchildren may keep the pipes open after the leader exits
 TIMEOUT_EXIT_CODE = 124
@@ -98,6 +99,8 @@ class Session:
     exited: anyio.Event = field(default_factory=anyio.Event)
     ended_at: float | None = None
     on_finish: Callable[[Session], Awaitable[None]] | None = None
+    group: Any = None  # the command's cgroup (a Path), when processes are tracked by cgroup
+    keeper: bool = False  # the leader is a keeper (a subreaper holding every descendant)
     _activity: anyio.Event = field(default_factory=anyio.Event)
     _last_output: float = 0.0
 
@@ -177,11 +180,19 @@ class Session:
         self._activity = anyio.Event()
 
     def kill(self, signum: int) -> None:
-        """Signal the whole process group and session."""
+        """Signal the whole process group and session, and everything in the command's cgroup
+        (which a process cannot leave by ``setsid``)."""
+        if self.keeper and signum == signal.SIGKILL:
+            kill_tree(self.pid)  # while the keeper lives, orphans come back to it, never to init
         try:
             kill_session(self.pid, signum)
         except ValueError:
             self.process.signal_group(signum)
+        signal_group(self.group, signum)
+
+    def leftovers(self) -> bool:
+        """Is any process the command started still alive?"""
+        return bool(members(self.pid)) or populated(self.group) or (self.keeper and bool(descendants(self.pid)))
 
     async def terminate(self, signum: int, grace_s: float) -> None:
         """``signum`` to everything, then SIGKILL after ``grace_s`` if anything is left."""
@@ -189,7 +200,7 @@ class Session:
         self.kill(signum)
         with anyio.move_on_after(grace_s):
             await self.exited.wait()
-        if self.running or members(self.pid):
+        if self.running or self.leftovers():
             self.kill(signal.SIGKILL)
         with anyio.move_on_after(DRAIN_AFTER_EXIT_S + 1):
             await self.finished.wait()

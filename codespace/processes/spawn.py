@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,6 +31,7 @@ from ..fdio import (
     wait_exit,
     write_all,
 )
+from .tracking import wrap_argv
 
 SETPRIV = shutil.which("setpriv")
 READ_CHUNK = 65536
@@ -116,12 +118,14 @@ class PipeProcess:
         self._write_lock = anyio.Lock()
 
     @classmethod
-    def spawn(cls, spec: CommandSpec) -> PipeProcess:
+    def spawn(cls, spec: CommandSpec, group: Path | None = None) -> PipeProcess:
+        """Start ``spec``; with ``group``, the command joins that cgroup before it runs."""
         try:
             if not os.path.isdir(spec.cwd):
                 raise FileNotFoundError(2, "No such file or directory", spec.cwd)
             resolve_program(spec)
-            argv = [SETPRIV, "--pdeathsig", "TERM", "--", *spec.argv] if SETPRIV else spec.argv
+            command = wrap_argv(group, spec.argv)
+            argv = [SETPRIV, "--pdeathsig", "TERM", "--", *command] if SETPRIV else command
             parent = os.getpid()
             popen = subprocess.Popen(
                 argv,

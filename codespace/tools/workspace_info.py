@@ -48,6 +48,9 @@ def _sandbox_section(call: ToolCall) -> dict[str, Any]:
         section.update(engine=None, available=False, detail="no sandbox plugin is installed (codespace-linux-sandbox)")
     else:
         section.update(backend.info().model_dump())
+    if call.processes is not None:  # how a command's processes are found again to be killed
+        tracker = call.processes.tracker
+        section["process_tracking"] = {"mechanism": tracker.mechanism, "detail": tracker.detail}
     return section
 
 

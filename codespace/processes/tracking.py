@@ -1,0 +1,278 @@
+"""Track every process a command starts by something it cannot leave: a cgroup v2.
+
+A process leaves its session with ``setsid()`` and its process group with
+``setpgid()``; it cannot leave its cgroup unless it may write a ``cgroup.procs``
+outside it. So where the server can create cgroups (root, or a delegated
+subtree the server runs in, as systemd's ``Delegate=yes`` gives), each command
+runs in a cgroup of its own, joined before the command's first instruction (a
+``/bin/sh`` stub writes itself into ``cgroup.procs`` and execs the command), and
+is killed as a whole with ``cgroup.kill``.
+
+Layout: ``<base>/cs-<state hash>-<server pid>-<server start>/c<n>``, where
+``<base>`` is the server's own cgroup v2 directory, or ``CODESPACE_CGROUP`` (``off``:
+use the keeper below even where a cgroup could be made).
+A server's directory whose server is gone (kill -9) is killed and removed by the
+next server that starts (of any workspace, in the same base directory), so a
+daemon that survived the crash dies at the restart whatever it did to its
+session, group or signals.
+
+Where no cgroup can be made, each command runs under a keeper (``keeper.py``): a
+child subreaper that holds every process the command starts, kills what is left
+when the command ends, and kills everything when the server dies. It costs a
+Python start (~25 ms) per command. ``mechanism`` says which is in use
+(``cgroup`` or ``subreaper``); doctor and workspace_info report it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+from ..procfs import start_ticks
+
+log = logging.getLogger(__name__)
+
+ENV_CGROUP = "CODESPACE_CGROUP"
+_KILL_WAIT_S = 2.0
+
+# The stub a command starts as: join the cgroup named by $0, then become the command.
+# POSIX sh reads no start-up file when non-interactive (bash as sh ignores BASH_ENV).
+_JOIN = 'echo 0 > "$0/cgroup.procs" || { echo "codespace: cannot join cgroup $0" >&2; exit 125; }; exec "$@"'
+SH = "/bin/sh"
+KEEPER = str(Path(__file__).with_name("keeper.py"))
+
+
+def _cgroup2_mount() -> str | None:
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                if right.split(" ", 1)[0] == "cgroup2":
+                    return left.split()[4]
+    except OSError:
+        return None
+    return None
+
+
+def _own_cgroup() -> str | None:
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _base_dir(env: dict[str, str] | os._Environ[str]) -> tuple[Path | None, str]:
+    """The directory server cgroups are made in, or None and why not."""
+    configured = env.get(ENV_CGROUP)
+    if configured == "off":
+        return None, f"{ENV_CGROUP}=off"
+    if configured:
+        return Path(configured), f"{ENV_CGROUP}={configured}"
+    mount = _cgroup2_mount()
+    if mount is None:
+        return None, "no cgroup v2 file system is mounted"
+    own = _own_cgroup()
+    if own is None:
+        return None, "this process has no cgroup v2 membership (/proc/self/cgroup)"
+    return Path(mount + own.rstrip("/")) if own != "/" else Path(mount), f"own cgroup {own} at {mount}"
+
+
+def _write(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _procs(group: Path) -> list[int]:
+    """Every process in ``group`` and the cgroups below it."""
+    pids: list[int] = []
+    for dirpath, _, files in os.walk(group):
+        if "cgroup.procs" in files:
+            try:
+                pids += [int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                pass
+    return pids
+
+
+def _populated(group: Path) -> bool:
+    try:
+        for line in (group / "cgroup.events").read_text().splitlines():
+            if line.startswith("populated "):
+                return line.split()[1] == "1"
+    except OSError:
+        return False
+    return False
+
+
+def kill_tree(group: Path) -> None:
+    """SIGKILL everything in ``group`` (and below), wait until it is empty, remove it."""
+    if not group.exists():
+        return
+    try:
+        _write(group / "cgroup.kill", "1")
+    except OSError:
+        for pid in _procs(group):  # kernels before 5.14 have no cgroup.kill
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    deadline = time.monotonic() + _KILL_WAIT_S
+    while _populated(group) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    remove_tree(group)
+
+
+def remove_tree(group: Path) -> bool:
+    """rmdir ``group`` and its children, deepest first; False if any is still in use."""
+    ok = True
+    for dirpath, dirnames, _ in os.walk(group, topdown=False):
+        for name in dirnames:
+            try:
+                os.rmdir(os.path.join(dirpath, name))
+            except OSError:
+                ok = False
+    try:
+        os.rmdir(group)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        ok = False
+    return ok
+
+
+_SERVER_DIR = re.compile(r"cs-[0-9a-f]{12}-([0-9]+)-([0-9]+)")
+_FALLBACK = "a keeper per command (child subreaper) holds its processes, since no cgroup can be made"
+
+
+class Tracker:
+    """Per-command cgroups of one server, or the fallback when none can be made."""
+
+    def __init__(self, state_dir: Path, env: dict[str, str] | os._Environ[str] | None = None) -> None:
+        self._prefix = "cs-" + hashlib.sha256(os.fsencode(str(state_dir))).hexdigest()[:12] + "-"
+        self._env = os.environ if env is None else env
+        self.server_dir: Path | None = None
+        self.mechanism = "subreaper"
+        self.detail = "not started"
+        self._counter = 0
+
+    def start(self) -> None:
+        """Make this server's cgroup directory (if possible) and kill what dead servers of the
+        same state directory left in theirs."""
+        self._make_server_dir(reap=True)
+
+    def probe(self) -> tuple[str, str]:
+        """(mechanism, detail) this server would use, leaving nothing behind (for doctor)."""
+        self._make_server_dir(reap=False)
+        found = (self.mechanism, self.detail)
+        if self.server_dir is not None:
+            remove_tree(self.server_dir)
+            self.server_dir = None
+        return found
+
+    def _make_server_dir(self, *, reap: bool) -> None:
+        base, where = _base_dir(self._env)
+        if base is None:
+            self.detail = f"{_FALLBACK}: {where}"
+            return
+        if reap:
+            self.reap_stale(base)
+        me = f"{self._prefix}{os.getpid()}-{start_ticks(os.getpid())}"
+        try:
+            (base / me).mkdir(mode=0o755)
+            probe = base / me / "c0"
+            probe.mkdir()
+            probe.rmdir()
+        except OSError as exc:
+            self.detail = f"{_FALLBACK}: cannot create a cgroup in {base} ({exc.strerror})"
+            return
+        if not os.access(base / me / "cgroup.procs", os.W_OK):
+            remove_tree(base / me)
+            self.detail = f"{_FALLBACK}: {base / me}/cgroup.procs is not writable"
+            return
+        self.server_dir = base / me
+        self.mechanism = "cgroup"
+        self.detail = f"a cgroup v2 per command under {self.server_dir} ({where}), killed with cgroup.kill"
+
+    def reap_stale(self, base: Path) -> list[Path]:
+        """Kill and remove the directories of servers that are gone. Any workspace's: a server
+        killed for good (never restarted on its state directory) must not leave daemons forever."""
+        killed = []
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return killed
+        for name in names:
+            found = _SERVER_DIR.fullmatch(name)
+            if found is None:
+                continue
+            pid, ticks = int(found[1]), int(found[2])
+            if pid != os.getpid() and start_ticks(pid) == ticks:
+                continue  # a live server
+            group = base / name
+            if _procs(group):
+                log.warning("killing the processes a stopped server left in %s", group)
+            kill_tree(group)
+            killed.append(group)
+        return killed
+
+    def new_group(self) -> Path | None:
+        """A fresh cgroup for one command, or None when cgroups are not in use."""
+        if self.server_dir is None:
+            return None
+        self._counter += 1
+        group = self.server_dir / f"c{self._counter}"
+        try:
+            group.mkdir()
+        except OSError as exc:
+            log.warning("cannot create %s (%s); the command is tracked by its session only", group, exc.strerror)
+            return None
+        return group
+
+    def stop(self) -> None:
+        if self.server_dir is not None:
+            kill_tree(self.server_dir)
+            self.server_dir = None
+
+
+def wrap_argv(group: Path | None, argv: list[str]) -> list[str]:
+    """``argv`` preceded by the stub that joins ``group``, or by the keeper without one."""
+    if group is None:
+        return [sys.executable, "-I", "-S", KEEPER, *argv]
+    return [SH, "-c", _JOIN, str(group), *argv]
+
+
+def signal_group(group: Path | None, signum: int) -> int:
+    """Send ``signum`` to every process in ``group``; SIGKILL uses cgroup.kill."""
+    if group is None or not group.exists():
+        return 0
+    if signum == signal.SIGKILL:
+        try:
+            _write(group / "cgroup.kill", "1")
+            return 1
+        except OSError:
+            pass
+    sent = 0
+    for pid in _procs(group):
+        try:
+            os.kill(pid, signum)
+            sent += 1
+        except OSError:
+            pass
+    return sent
+
+
+def populated(group: Path | None) -> bool:
+    return group is not None and _populated(group)
