@@ -149,6 +149,18 @@ class NetworkPolicy(_Strict):
     enable_socks5_udp: bool = False
     """Relay UDP through the proxy's SOCKS5 (UDP ASSOCIATE), each datagram's destination judged
     like a connection's. Off: UDP ASSOCIATE is refused (reply 7)."""
+    allow_unix_sockets: list[str] = Field(default_factory=list)
+    """Host Unix sockets (absolute paths, or ``~/...``) sandboxed commands may connect to while
+    the network is off; every other socket outside the sandbox stays unreachable. The sandbox
+    reports in ``cannot_enforce`` when its engine cannot grant them."""
+
+    @field_validator("allow_unix_sockets")
+    @classmethod
+    def _unix_sockets(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not (entry.startswith("/") or entry.startswith("~/")) or "\0" in entry:
+                raise ValueError(f"allow_unix_sockets entry {entry!r} must be an absolute path (or ~/...) of a socket")
+        return value
 
     @model_validator(mode="after")
     def _wildcard(self) -> "NetworkPolicy":

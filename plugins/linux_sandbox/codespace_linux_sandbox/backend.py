@@ -36,6 +36,7 @@ from codespace.contract import CommandSpec, FsError, SandboxInfo, SandboxLayout,
 from . import seccomp
 from .launcher import Launched, Zygote, ZygoteUnavailable, spawn_helper
 from .limits import cannot_enforce
+from .protected_scan import ProtectedScan
 from .protocol import Command, Handshake, Options, Policy, ProxyRoute
 
 log = logging.getLogger(__name__)
@@ -208,7 +209,10 @@ class LinuxSandbox:
     proxy: Any = None
     """The workspace's :class:`.proxy.ProxyService` when network access is 'allowlist' and it runs."""
     zygote: Zygote = field(default=ZYGOTE)
+    allow_unix_sockets: tuple[str, ...] = ()
+    """network.allow_unix_sockets: no engine can grant them yet (see unix_sockets in the README)."""
     _run_dir: str | None = field(default=None, init=False)
+    _protected: ProtectedScan = field(default_factory=ProtectedScan, init=False)
 
     def choice(self) -> EngineChoice:
         return choose_engine(self.preference)
@@ -224,7 +228,9 @@ class LinuxSandbox:
             available=choice.available,
             landlock_abi=abi,
             cannot_enforce=cannot_enforce(choice.engine, abi, mount_proc=choice.mount_proc,
-                                          pid_namespace=may_make_pid_namespaces()) if choice.available else [],
+                                          pid_namespace=may_make_pid_namespaces(),
+                                          unix_sockets=self.allow_unix_sockets,
+                                          walk_cut=self._protected.truncated()) if choice.available else [],
             detail=detail,
         )
 
@@ -258,7 +264,10 @@ class LinuxSandbox:
             command=Command(argv=spec.argv, cwd=spec.cwd, env=env),
             policy=Policy(
                 readable=layout.readable, writable=layout.writable, deny_read=layout.deny_read,
-                protected=layout.protected, network=layout.network, proxy=proxy,
+                # and the protected names found below each writable root's top (protected_scan)
+                protected=[*layout.protected, *self._protected.below(layout.writable, layout.protected_names,
+                                                                     layout.deny_read)],
+                network=layout.network, proxy=proxy,
             ),
             options=Options(
                 seccomp=mode,

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-BUBBLEWRAP: list[str] = []
+# Both engines (bubblewrap binds existing protected names read-only, Landlock keeps them out
+# of the writable grant; neither can hold back a name that does not exist yet below the top).
+PROTECTED_BELOW = (
+    "protected names that do not exist yet below the top of a writable root (e.g. sub/.git in a directory "
+    "without one) can be created by a command; existing ones at any depth are read-only, as are missing ones at "
+    "the top of each writable root"
+)
+BUBBLEWRAP: list[str] = [PROTECTED_BELOW]
 
 LANDLOCK_PROXY = [
     ("network 'allowlist': Landlock's TCP rules name ports, not addresses, so a command may open a TCP "
@@ -16,8 +23,10 @@ LANDLOCK_PROXY = [
 LANDLOCK = [
     ("no mount or PID namespace: deny-read paths inside readable roots hide their contents, but their names stay "
     "listable in the parent directory"),
-    ("entries directly inside a writable root that holds protected names cannot be created, removed or renamed "
+    ("entries directly inside a writable root that holds protected names, and inside every directory on the way "
+    "to an existing protected name below it (sub/ for sub/.git), cannot be created, removed or renamed "
     "(Landlock cannot take rights away inside a granted directory); work in a subdirectory or use write_file"),
+    PROTECTED_BELOW,
     "/tmp is read-only: the command gets a private TMPDIR, removed after the run",
     ("the host's /proc is visible (other processes' command lines); their environment and memory stay protected by "
     "Landlock's ptrace scoping"),
@@ -36,15 +45,28 @@ BUBBLEWRAP_WITHOUT_PID_NAMESPACE = (
 )
 
 
-def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid_namespace: bool = True) -> list[str]:
+def _common(unix_sockets: tuple[str, ...], walk_cut: list[str]) -> list[str]:
+    out = []
+    if unix_sockets:
+        out.append("network.allow_unix_sockets: no engine can grant the listed sockets yet ("
+                   + ", ".join(unix_sockets) + "); with the network off commands reach no Unix socket outside "
+                   "the sandbox, listed or not")
+    for root in walk_cut:
+        out.append(f"protected names below {root}: the walk that finds them stopped after its limit of directories; "
+                   "ones in the rest of the tree are not read-only")
+    return out
+
+
+def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid_namespace: bool = True,
+                   unix_sockets: tuple[str, ...] = (), walk_cut: list[str] = ()) -> list[str]:
     if engine == "bubblewrap":
-        out = list(BUBBLEWRAP)
+        out = [*BUBBLEWRAP, *_common(unix_sockets, walk_cut)]
         if not mount_proc:
             out.insert(0, "a fresh /proc: bwrap cannot mount proc here, so the host's /proc is visible read-only")
         if not pid_namespace:
             out.append(BUBBLEWRAP_WITHOUT_PID_NAMESPACE)
         return out
-    out = list(LANDLOCK)
+    out = [*LANDLOCK, *_common(unix_sockets, walk_cut)]
     if abi is not None and abi >= 4:
         out += LANDLOCK_PROXY
     if abi is not None and abi < 6:

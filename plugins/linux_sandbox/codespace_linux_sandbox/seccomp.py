@@ -38,6 +38,8 @@ _NETWORK = ("connect", "accept", "accept4", "bind", "listen", "getsockname", "sh
 
 MODES = ("restricted", "proxy_routed", "proxy_tcp", "vsock_restricted")
 SOCK_STREAM, SOCK_TYPE_MASK = 1, 0xF
+SOCK_SEQPACKET = 5
+UNIX_CONNECTED_TYPES = (SOCK_STREAM, SOCK_SEQPACKET)
 IPPROTO_TCP = 6
 MSG_FASTOPEN = 0x20000000
 ERRNO = {"getpeername": errno.ENOTSOCK}  # every other denied call: EPERM
@@ -76,6 +78,14 @@ def rules(mode: str) -> list[tuple[str, list[tuple[int, str, int, int]]]]:
         out += [("getpeername", [])]  # fails with ENOTSOCK, see ERRNO
         out += [("sendto", [(4, "NE", 0, 0)])]  # only with a destination address, see the module docstring
         out += [("socket", [(0, "NE", socket.AF_UNIX, 0)]), ("socketpair", [(0, "NE", socket.AF_UNIX, 0)])]
+        # CodeSpace addition: Unix sockets of the stream and seqpacket kinds only. A datagram
+        # socket (SOCK_RAW is one too for AF_UNIX) names its destination in sendmsg's msg_name,
+        # which BPF cannot read: it reached host sockets such as /dev/log, even from a
+        # socketpair. Stream and seqpacket sockets ignore or refuse msg_name and can reach
+        # nothing but their peer without connect(), which is denied. See unix_sockets.py.
+        out += [(call, [(1, "MASKED_EQ", kind, SOCK_TYPE_MASK)])
+                for call in ("socket", "socketpair") for kind in range(SOCK_TYPE_MASK + 1)
+                if kind not in UNIX_CONNECTED_TYPES]
     if mode in ("restricted", "proxy_routed", "proxy_tcp"):
         out += [(name, []) for name in _PTRACE]
     if mode in ("proxy_routed", "proxy_tcp"):

@@ -1,0 +1,22 @@
+"""Run a sandboxed unix_probe.py the way the tests do, as whichever user starts this script
+(the tests start it through setpriv as an unprivileged user): argv engine, start, targets."""
+
+import json
+import os
+import site
+import sys
+import tempfile
+from pathlib import Path
+
+if os.environ.get("CODESPACE_TEST_SITE"):  # a system python the user can run, with the venv's packages
+    site.addsitedir(os.environ["CODESPACE_TEST_SITE"])
+sys.path.insert(0, str(Path(__file__).parent))
+
+from codespace_linux_sandbox.backend import interpreter  # noqa: E402
+from conftest import _base_dir, make_env  # noqa: E402
+
+engine, start, targets = sys.argv[1], sys.argv[2], sys.argv[3]
+base = Path(tempfile.mkdtemp(prefix="codespace-sandbox-test-", dir=_base_dir()))
+env = make_env(base, engine, start=start)
+code, out, err = env.run([interpreter(), "-I", "-S", str(Path(__file__).with_name("unix_probe.py")), targets])
+print(json.dumps({"code": code, "out": out, "err": err}))
