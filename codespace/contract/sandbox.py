@@ -53,7 +53,9 @@ class Sandbox(Protocol):
     ``async def launch(spec, layout, stdio) -> LaunchedProcess``, which starts the
     confined command itself, with ``stdio`` (three descriptors the host created) as its
     stdin, stdout and stderr, e.g. from a helper that was started once. The host then
-    uses it for pipe sessions.
+    uses it for pipe sessions. And it may offer ``command_ended()``, which the host calls
+    once each command it confined has ended, however it ended (exit, timeout, terminate,
+    its helper killed): where the backend undoes what it set up on the host for commands.
     """
 
     def info(self) -> SandboxInfo: ...

@@ -73,6 +73,7 @@ class ProcessRegistry:
         self._sessions: dict[str, Session] = {}
         self._tg: TaskGroup | None = None
         self._counter = 0
+        self._sandbox_ended: dict[str, Any] = {}  # session id -> its sandbox's command_ended
         self.tracker = Tracker(workspace.state_dir)
 
     @asynccontextmanager
@@ -211,6 +212,8 @@ class ProcessRegistry:
             keeper=not fast and group is None,
         )
         self._sessions[session.id] = session
+        if sandbox is not None and callable(getattr(sandbox[0], "command_ended", None)):
+            self._sandbox_ended[session.id] = sandbox[0].command_ended
         if operation_id is not None:
             await self.store.attach_process(operation_id, session.pid, proc_start_ticks(session.pid))
         self._tg.start_soon(session.run)
@@ -220,6 +223,12 @@ class ProcessRegistry:
 
     async def _finished(self, session: Session) -> None:
         """Close the operation of a session whose exec call returned while it still ran."""
+        ended = self._sandbox_ended.pop(session.id, None)
+        if ended is not None:
+            try:
+                ended()  # e.g. placeholders on the host that no running command needs any more
+            except Exception:  # noqa: BLE001 - a backend's clean-up must not lose the record below
+                log.exception("the sandbox's clean-up after session %s failed", session.id)
         if session.group is not None and remove_tree(session.group):
             session.group = None  # empty and gone; a non-empty one is killed at terminate or shutdown
         if not session.detached or session.operation_id is None:

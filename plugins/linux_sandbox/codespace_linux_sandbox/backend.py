@@ -33,7 +33,7 @@ import anyio
 from codespace import kernel
 from codespace.contract import CommandSpec, FsError, SandboxInfo, SandboxLayout, ToolError
 
-from . import seccomp
+from . import placeholders, seccomp
 from .launcher import Launched, Zygote, ZygoteUnavailable, spawn_helper
 from .limits import cannot_enforce
 from .protected_scan import ProtectedScan
@@ -233,6 +233,17 @@ class LinuxSandbox:
                                           walk_cut=self._protected.truncated()) if choice.available else [],
             detail=detail,
         )
+
+    def command_ended(self) -> None:
+        """The host: a command this sandbox confined has ended, however it ended. Placeholders
+        (see :mod:`.placeholders`) that no running command needs are removed now."""
+        if self._run_dir is not None:
+            placeholders.sweep(self._run_dir)
+
+    def sweep_placeholders(self) -> bool:
+        """What helpers of a server that was killed left (at start); True once nothing is left."""
+        run_dir = self.state_dir / "sandbox"
+        return not run_dir.is_dir() or placeholders.sweep(str(run_dir))
 
     def fast_path_status(self) -> str:
         if self.zygote.pid is not None:

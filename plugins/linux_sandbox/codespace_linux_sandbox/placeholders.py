@@ -1,18 +1,71 @@
 """Placeholders for missing protected names, shared by concurrent commands.
 
 A mount needs a mount point, and inside a writable root the mount point is a directory
-on the host: the helper creates it before bwrap runs and removes it afterwards (upstream
-does the same). Removing it while another sandbox still uses it as a mount point would
-detach that sandbox's mask (the kernel lazily unmounts mounts on a removed dentry), so
-every helper holds a shared ``flock`` on ``<run_dir>/placeholders.lock`` while its
-command runs, and only a helper that can take the lock exclusively at the end removes
-them. A helper that died leaves them behind; the next helper to finish removes them.
+on the host: the helper creates it before bwrap runs (upstream does the same). It cannot be
+made inside the sandbox alone: the sandbox sees the writable root through a bind mount of
+the host's directory, so any directory it makes there is the host's; and removing the
+placeholder on the host while a sandbox uses it would detach that sandbox's mask (the
+kernel lazily unmounts mounts on a removed dentry).
+
+Lifetime: every helper holds a shared ``flock`` on ``<run_dir>/placeholders.lock`` while its
+command runs and appends each placeholder it created to ``<run_dir>/placeholders.list``;
+whoever can take the lock exclusively removes every listed placeholder (only an empty
+directory without write permission, as made here) and empties the list. That is the last
+helper out, when it ends normally (exit, timeout, terminate: the helper forwards the signal
+and returns); and the server (:func:`sweep`), after every sandboxed command has ended,
+however it ended (a helper killed with SIGKILL, or killed with its cgroup), and when it
+starts, for what a killed server's helpers left. A dead helper's lock goes with it.
 """
 
 
 import posix
 
 EWOULDBLOCK = 11
+S_IFMT, S_IFDIR, S_IWUSR = 0o170000, 0o040000, 0o200
+LOCK, LIST = "placeholders.lock", "placeholders.list"
+_OPEN_FLAGS = posix.O_RDWR | posix.O_CREAT | posix.O_CLOEXEC | posix.O_NOFOLLOW
+
+
+def _remove_listed(run_dir: str) -> None:
+    """With the lock held exclusively: remove what the list names, then empty it."""
+    try:
+        fd = posix.open(f"{run_dir}/{LIST}", posix.O_RDWR | posix.O_CLOEXEC | posix.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        data = b""
+        while chunk := posix.read(fd, 65536):
+            data += chunk
+        paths = sorted({line for line in data.decode("utf-8", "surrogateescape").split("\n") if line.startswith("/")},
+                       key=len, reverse=True)  # deepest first
+        for path in paths:
+            try:
+                st = posix.lstat(path)
+                if st.st_mode & S_IFMT == S_IFDIR and not st.st_mode & S_IWUSR:
+                    posix.rmdir(path)  # only if still empty: never removes real content
+            except OSError:
+                pass
+        posix.ftruncate(fd, 0)
+    finally:
+        posix.close(fd)
+
+
+def sweep(run_dir: str, *, wait: bool = False) -> bool:
+    """Remove the placeholders no running command needs (none, when one still runs: then the
+    last one out does it). ``wait``: block until no command runs. True when it swept."""
+    from . import libc
+
+    try:
+        lock = posix.open(f"{run_dir}/{LOCK}", _OPEN_FLAGS, 0o600)
+    except OSError:
+        return False
+    try:
+        if libc.flock(lock, libc.LOCK_EX if wait else libc.LOCK_EX | libc.LOCK_NB) != 0:
+            return False
+        _remove_listed(run_dir)
+        return True
+    finally:
+        posix.close(lock)
 
 
 class Placeholders:
@@ -27,18 +80,26 @@ class Placeholders:
         from . import libc
 
         self._libc = libc
-        self._lock = posix.open(f"{self._run_dir}/placeholders.lock",
-                                posix.O_RDWR | posix.O_CREAT | posix.O_CLOEXEC | posix.O_NOFOLLOW, 0o600)
+        self._lock = posix.open(f"{self._run_dir}/{LOCK}", _OPEN_FLAGS, 0o600)
         libc.flock(self._lock, libc.LOCK_SH)
+        made = []
         for path in self.paths:
             try:
                 posix.mkdir(path, 0o555)
             except FileExistsError:
-                pass
+                continue
             except OSError:
                 # The server's user cannot create it, so neither can the sandboxed command
                 # (same user, no capabilities); bwrap will skip nothing: it fails loudly.
-                pass
+                continue
+            made.append(path)
+        if made:
+            # Listed before the command runs, in one write: whoever sweeps next finds them.
+            fd = posix.open(f"{self._run_dir}/{LIST}", _OPEN_FLAGS | posix.O_APPEND, 0o600)
+            try:
+                posix.write(fd, "".join(f"{path}\n" for path in made).encode("utf-8", "surrogateescape"))
+            finally:
+                posix.close(fd)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -47,11 +108,7 @@ class Placeholders:
         try:
             libc = self._libc
             if libc.flock(self._lock, libc.LOCK_EX | libc.LOCK_NB) == 0:
-                for path in reversed(self.paths):
-                    try:
-                        posix.rmdir(path)  # only if still empty: never removes real content
-                    except OSError:
-                        pass
+                _remove_listed(self._run_dir)
         finally:
             posix.close(self._lock)
             self._lock = -1

@@ -40,12 +40,27 @@ def _warm_helper(sandbox: LinuxSandbox):
     return warm_helper
 
 
+PLACEHOLDER_SWEEP_S = (0.5, 60.0)  # retry interval, give up after (a dead server's helpers end within seconds)
+
+
+def _placeholder_sweep(sandbox: LinuxSandbox):
+    async def placeholder_sweep() -> None:
+        """At start: remove the placeholders a killed server's helpers left in the workspace,
+        once those helpers are gone (they hold the lock while their commands run)."""
+        interval, limit = PLACEHOLDER_SWEEP_S
+        with anyio.move_on_after(limit):
+            while not await anyio.to_thread.run_sync(sandbox.sweep_placeholders):
+                await anyio.sleep(interval)
+
+    return placeholder_sweep
+
+
 @hookimpl
 def codespace_services(workspace, backends, store):
     sandbox = backends.sandbox()
     if not isinstance(sandbox, LinuxSandbox):
         return None  # another plugin confines commands
-    services = []
+    services = [_placeholder_sweep(sandbox)]
     try:
         confined = sandboxing.decide(workspace, backends).backend is sandbox
     except Refused:
