@@ -207,12 +207,15 @@ def test_codex_drives_codespace(codex: Path, tmp_path: Path) -> None:
     assert "/proc" in shown["environ"] and "PATH=" not in shown["environ"]
     assert re.search(r"refused|denied|forbid", shown["environ"], re.I), shown["environ"]
     assert re.search(r"protected", shown["protected"], re.I), shown["protected"]
-    assert not (ws / ".codex").exists()
+    assert not (ws / ".codex" / "config.toml").exists()
 
     # The call that outlives tool_timeout_sec: Codex gives up and tells the model so.
     assert re.search(rf"timed out .*{TOOL_TIMEOUT_SEC}\s*s", shown["slow"]), shown["slow"]
     assert "finished-late" not in shown["slow"]
     assert "exec" in shown["after"]
+    # Nothing but what the agent made: no mount points a sandbox left behind (empty read-only
+    # .git, .bashrc, ... for missing protected names), no file from the cancelled command.
+    assert sorted(p.name for p in ws.iterdir()) == ["notes"], sorted(p.name for p in ws.iterdir())
 
 
 def test_without_approval_mode_codex_refuses_destructive_tools(codex: Path, tmp_path: Path) -> None:

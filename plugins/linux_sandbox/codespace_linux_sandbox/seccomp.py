@@ -82,7 +82,7 @@ def rules(mode: str) -> list[tuple[str, list[tuple[int, str, int, int]]]]:
         # socket (SOCK_RAW is one too for AF_UNIX) names its destination in sendmsg's msg_name,
         # which BPF cannot read: it reached host sockets such as /dev/log, even from a
         # socketpair. Stream and seqpacket sockets ignore or refuse msg_name and can reach
-        # nothing but their peer without connect(), which is denied. See unix_sockets.py.
+        # nothing but their peer without connect(), which is denied. See the README.
         out += [(call, [(1, "MASKED_EQ", kind, SOCK_TYPE_MASK)])
                 for call in ("socket", "socketpair") for kind in range(SOCK_TYPE_MASK + 1)
                 if kind not in UNIX_CONNECTED_TYPES]
