@@ -23,6 +23,20 @@ def default_state_root() -> Path:
     return Path(base) / "codespace"
 
 
+def state_roots() -> list[Path]:
+    """Where CodeSpace servers of this user keep state by default: every workspace's
+    store and an HTTP server's bearer token live below one of these. Both spellings
+    count, since another server may run with or without ``XDG_STATE_HOME``."""
+    roots = [default_state_root(), Path(os.path.expanduser("~")) / ".local" / "state" / "codespace"]
+    out: list[Path] = []
+    for root in roots:
+        real = Path(os.path.realpath(root))
+        for candidate in (root, real):
+            if candidate not in out:
+                out.append(candidate)
+    return out
+
+
 def default_state_dir(root: Path) -> Path:
     digest = hashlib.sha256(os.fsencode(root)).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9._-]", "_", root.name or "root")[:40]
@@ -83,6 +97,9 @@ class Workspace:
             )
 
         extra = [PathRule(split_parts(str(state)), "none", "CodeSpace state directory")]
+        # Other workspaces' stores and tokens: hidden from every workspace, whoever serves it.
+        extra += [PathRule(split_parts(str(r)), "none", "CodeSpace state root") for r in state_roots()
+                  if not (root_path == r or root_path.is_relative_to(r))]
         if resolved_policy is not None:
             extra.append(PathRule(split_parts(str(resolved_policy)), "read", "CodeSpace policy file"))
         gitdir = _gitdir_of(root_path)
@@ -99,6 +116,20 @@ class Workspace:
             paths=rules,
             commands=CommandRules(policy.commands),
         )
+
+    def hide(self, path: str | os.PathLike[str], source: str) -> None:
+        """Hide one more path from the agent (a secret the server holds outside its state
+        directory, e.g. an operator's ``--token-file``): file tools and later commands."""
+        real = os.path.realpath(path)
+        for candidate in {os.path.abspath(path), real}:
+            self.paths.add(PathRule(split_parts(candidate), "none", source))
+
+    @property
+    def refuse_hardlinks(self) -> bool:
+        """Should file reads refuse regular files with more than one link? Only when the
+        operator asked (``filesystem.hardlinks = "refuse"``) and the policy hides something:
+        another name of the file could then be one the agent may not read."""
+        return self.policy.filesystem.hardlinks == "refuse" and any(r.access == "none" for r in self.paths.rules)
 
     @property
     def limits(self):  # noqa: ANN201 - the Limits model

@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from ..models import Strict
+from .credentials import CREDENTIAL_PATHS
 
 Access = Literal["read", "write", "none"]
 
@@ -44,13 +45,8 @@ DEFAULT_PATHS: dict[str, Access] = {
     "/proc": "none",
     "/sys": "none",
     "/dev": "none",
-    "~/.ssh": "none",
-    "~/.aws": "none",
-    "~/.gnupg": "none",
-    "~/.netrc": "none",
-    "~/.config/gcloud": "none",
-    "~/.docker": "none",
-    "~/.kube": "none",
+    # Credential stores of commonly used tools (listed in the README's policy section).
+    **{path: "none" for path in CREDENTIAL_PATHS},
 }
 
 
@@ -72,6 +68,18 @@ class FilesystemPolicy(_Strict):
     """``within_root``: relative links whose target stays inside the root being
     accessed are followed, and the object finally reached is checked against the
     policy again; ``never``: any link in a path is refused."""
+    hardlinks: Literal["allow", "refuse"] = "allow"
+    """``allow``: the file tools read a regular file whatever its link count (a hard
+    link made inside a readable root to a file elsewhere is read through, as upstream
+    does); ``refuse``: while the policy hides anything, reading a regular file with
+    more than one link is refused (writes always refuse multiply-linked files)."""
+    home: Literal["credentials", "hidden"] = "credentials"
+    """``credentials``: the home directory is readable except the credential stores
+    the defaults hide; ``hidden``: the whole home directory is hidden except the
+    workspace and ``home_readable`` (an explicit ``paths`` entry still wins)."""
+    home_readable: list[str] = Field(default_factory=list)
+    """With ``home = "hidden"``: directories under ``~`` that commands need, made
+    readable (toolchains: ``~/.cargo/bin``, ``~/.rustup``, ``~/.local/bin``...)."""
 
     @field_validator("paths")
     @classmethod
@@ -90,8 +98,20 @@ class FilesystemPolicy(_Strict):
                 raise ValueError(f"protected entry {entry!r} must name a path inside the root (no '..')")
         return value
 
+    @field_validator("home_readable")
+    @classmethod
+    def _home_entries(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not (entry == "~" or entry.startswith("~/")) or ".." in entry.split("/"):
+                raise ValueError(f"home_readable entry {entry!r} must start with '~/' and hold no '..'")
+        return value
+
     def merged_paths(self) -> dict[str, Access]:
-        return {**DEFAULT_PATHS, **self.paths}
+        merged: dict[str, Access] = dict(DEFAULT_PATHS)
+        if self.home == "hidden":
+            merged["~"] = "none"
+            merged.update({entry: "read" for entry in self.home_readable if entry not in DEFAULT_PATHS})
+        return {**merged, **self.paths}
 
     def all_protected(self) -> list[str]:
         return [*self.protected, *self.extra_protected]

@@ -93,9 +93,21 @@ class PathRules:
     """The resolved path rules of one workspace."""
 
     def __init__(self, rules: list[PathRule], protected: list[str]) -> None:
-        self.rules = sorted(rules, key=lambda r: (len(r.parts), _RESTRICTIVENESS[r.access]), reverse=True)
         self.protected_names = {p for p in protected if "/" not in p.strip("/") and not p.startswith("/")}
         self.protected_anchored = [split_parts(p) for p in protected if p not in self.protected_names]
+        self._index(rules)
+
+    def _index(self, rules: list[PathRule]) -> None:
+        self.rules = sorted(rules, key=lambda r: (len(r.parts), _RESTRICTIVENESS[r.access]), reverse=True)
+        # By exact path, the most restrictive first: a lookup costs the path's depth, not
+        # the number of entries (the defaults hide ~150 credential paths).
+        self._by_parts: dict[tuple[str, ...], PathRule] = {}
+        for rule in self.rules:
+            self._by_parts.setdefault(rule.parts, rule)
+
+    def add(self, rule: PathRule) -> None:
+        """One more rule (e.g. a file the server holds a secret in, known after start-up)."""
+        self._index([*self.rules, rule])
 
     @classmethod
     def build(
@@ -118,9 +130,10 @@ class PathRules:
     def match(self, path: str) -> PathRule | None:
         """The most specific rule covering ``path`` (rules are pre-sorted)."""
         parts = split_parts(path)
-        for rule in self.rules:
-            n = len(rule.parts)
-            if parts[:n] == rule.parts:
+        index = self._by_parts
+        for n in range(len(parts), -1, -1):
+            rule = index.get(parts[:n])
+            if rule is not None:
                 return rule
         return None
 

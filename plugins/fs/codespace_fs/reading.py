@@ -58,6 +58,13 @@ def open_regular(
     try:
         st = os.fstat(opened.fd)
         _require_regular(st, path, opened.fd, action)
+        if need == "read" and st.st_nlink > 1 and conf.refuse_hardlinks:
+            raise errors.refused(
+                f"{path} has {st.st_nlink} hard links; another name of it may lie where the policy "
+                "forbids reading (rule filesystem.hardlinks = 'refuse')",
+                path=path, rule="filesystem.hardlinks",
+                hint="read a copy with a single link, or ask the operator to set filesystem.hardlinks = 'allow'",
+            )
         try:
             return reopen_regular(opened.fd), st, opened.path
         except FileNotFoundError:

@@ -111,6 +111,8 @@ class Confinement:
         self.workspace_root = str(workspace.root)
         self.rules: PathRules = workspace.paths
         self.follow_links = workspace.policy.filesystem.symlinks == "within_root"
+        # Decided by the core policy; the read path only applies it.
+        self.refuse_hardlinks = bool(getattr(workspace, "refuse_hardlinks", False))
         self.mode: Mode = mode
         self._ws_fd: int | None = None
         self._lock = threading.Lock()

@@ -196,7 +196,14 @@ def build(handshake: dict) -> Plan:
         except OSError:
             continue  # nothing there to hide
         if mode == S_IFDIR:
-            ops.append((_depth(path), 3, ["--perms", "0000", "--tmpfs", path]))
+            # Roots the policy opens inside a hidden directory (the workspace, toolchains under
+            # a hidden home) stay reachable: the mask lets a command pass through, and readable
+            # ones are bound back on top of it (writable ones already are).
+            inner = [r for r in (*readable, *writable) if r != path and _inside(r, path)]
+            ops.append((_depth(path), 3, ["--perms", "0711" if inner else "0000", "--tmpfs", path]))
+            for root in inner:
+                if root not in writable and _lstat_mode(root) is not None:
+                    ops.append((_depth(root), 1, ["--ro-bind", root, root]))
         else:
             ops.append((_depth(path), 3, ["--ro-bind", "/dev/null", path]))
 
