@@ -38,13 +38,40 @@ ARGUMENT_SUMMARY_CHARS = 2000
 FOREIGN_WAIT_S = 30.0  # how long to wait for a duplicate another server is running
 
 
+ERROR_META_KEY = "codespace/error"
+"""Where an error result carries its machine-readable form: ``_meta["codespace/error"]``."""
+
+
 @dataclass
 class Outcome:
-    """What the server turns into a CallToolResult."""
+    """What the server turns into a CallToolResult.
+
+    A success carries ``structured`` (valid against the tool's output schema) and a text
+    block. An error carries no structured content at all: clients built on the TypeScript
+    SDK 1.x validate ``structuredContent`` whenever it is present, error or not, and an
+    ``{"error": ...}`` object matches no tool's output schema, so the call would throw and
+    the agent would see nothing. The error is the text block (what every client shows the
+    model) and, for programs, ``error`` sent as ``_meta["codespace/error"]``, which no
+    client validates."""
 
     is_error: bool
     text: str
     structured: dict[str, Any] | None
+    error: dict[str, Any] | None = None
+
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        return {ERROR_META_KEY: self.error} if self.error is not None else None
+
+    def stored(self) -> dict[str, Any] | None:
+        """The form kept in the operation record (get_operation shows it)."""
+        if self.error is None:
+            return self.structured
+        error = {k: v for k, v in self.error.items() if k not in ("operation_id", "replayed", "status")}
+        stored: dict[str, Any] = {"error": error}
+        if "operation_id" in self.error:
+            stored["operation_id"] = self.error["operation_id"]
+        return stored
 
 
 def new_operation_id() -> str:
@@ -197,6 +224,8 @@ class Gateway:
         # which says how to re-attach.
         if record.result is not None and record.status in ("succeeded", "running") and "error" not in record.result:
             structured = {**record.result, "replayed": True}
+            if record.status != "running":
+                structured.pop("next_step", None)  # an exec's "still running" hint, stale once it ended
             try:
                 fields = {k: v for k, v in record.result.items() if k not in ("operation_id", "replayed")}
                 text = tool.render_text(tool.result.model_validate(fields), structured)
@@ -219,13 +248,11 @@ class Gateway:
             message = f"{record.error or 'the operation did not succeed'} (replayed: operation " \
                       f"{record.operation_id} already ended with status {record.status})"
         stored = (record.result or {}).get("error") or {}
-        structured = {
-            "error": {**stored, "code": stored.get("code", record.status), "message": message},
-            "operation_id": record.operation_id,
-            "replayed": True,
-            "status": record.status,
+        error = {
+            **stored, "code": stored.get("code", record.status), "message": message,
+            "operation_id": record.operation_id, "replayed": True, "status": record.status,
         }
-        return Outcome(True, message, structured)
+        return Outcome(True, message, None, error)
 
     # -- policy -------------------------------------------------------------------
 
@@ -295,7 +322,7 @@ class Gateway:
         await self.store.insert_finished(
             OperationRecord(
                 operation_id=operation_id, tool=tool.name, args_hash=arguments_hash(tool.name, raw_args),
-                arguments=_summary(raw_args), status="refused", result=outcome.structured, error=refusal.message,
+                arguments=_summary(raw_args), status="refused", result=outcome.stored(), error=refusal.message,
                 rule=refusal.rule, client=client, created_at=time.time(),
             )
         )
@@ -304,7 +331,7 @@ class Gateway:
 
     async def _finish_refused(self, tool: ToolDefinition, operation_id: str, refusal: Refusal) -> Outcome:
         outcome = _refusal_outcome(refusal, operation_id)
-        await self.store.finish(operation_id, "refused", result=outcome.structured, error=refusal.message, rule=refusal.rule)
+        await self.store.finish(operation_id, "refused", result=outcome.stored(), error=refusal.message, rule=refusal.rule)
         log.info("refused %s (%s): %s", tool.name, refusal.rule, refusal.message)
         return outcome
 
@@ -317,7 +344,9 @@ class Gateway:
         except anyio.get_cancelled_exc_class():
             if operation_id is not None:
                 with anyio.CancelScope(shield=True):
-                    await self.store.finish(operation_id, "cancelled", error="cancelled by the client or a shutdown")
+                    await self.store.finish(
+                        operation_id, "cancelled", error=call.cancel_note or "cancelled by the client or a shutdown"
+                    )
             raise
         except BackendMissing as exc:
             if operation_id is not None:
@@ -332,7 +361,7 @@ class Gateway:
                 return await self._finish_refused(tool, operation_id, refusal)
             outcome = _error(exc.code, exc.message, exc.details, operation_id)
             if operation_id is not None:
-                await self.store.finish(operation_id, "failed", result=outcome.structured, error=exc.message)
+                await self.store.finish(operation_id, "failed", result=outcome.stored(), error=exc.message)
             return outcome
         except Exception as exc:
             owner = self.registry.owners.get(tool.name, "?")
@@ -343,7 +372,7 @@ class Gateway:
             )
             outcome = _error("internal_error", message, None, operation_id)
             if operation_id is not None:
-                await self.store.finish(operation_id, "failed", result=outcome.structured, error=message)
+                await self.store.finish(operation_id, "failed", result=outcome.stored(), error=message)
             return outcome
         structured = structured_result(result)
         if operation_id is not None:
@@ -368,15 +397,11 @@ def _error(code: str, message: str, details: dict[str, Any] | None = None, opera
     error: dict[str, Any] = {"code": code, "message": message}
     if details:
         error["details"] = details
-    structured: dict[str, Any] = {"error": error}
     if operation_id is not None:
-        structured["operation_id"] = operation_id
-    return Outcome(True, message, structured)
+        error["operation_id"] = operation_id
+    return Outcome(True, message, None, error)
 
 
 def _refusal_outcome(refusal: Refusal, operation_id: str) -> Outcome:
-    structured = {
-        "error": {"code": "refused", "rule": refusal.rule, "message": refusal.message},
-        "operation_id": operation_id,
-    }
-    return Outcome(True, refusal.message, structured)
+    error = {"code": "refused", "rule": refusal.rule, "message": refusal.message, "operation_id": operation_id}
+    return Outcome(True, refusal.message, None, error)

@@ -72,6 +72,7 @@ def build_server(app: App, *, transport: str = "memory", ready: anyio.Event | No
             content=[types.TextContent(type="text", text=outcome.text)],
             structured_content=outcome.structured,
             is_error=outcome.is_error,
+            meta=outcome.meta,
         )
 
     server: Server[App] = Server(

@@ -48,7 +48,15 @@ async def connect(app_or_workspace: App | str | os.PathLike[str], *, mode: str =
         yield client
 
 
+ERROR_META_KEY = "codespace/error"  # as codespace.gateway sends it
+
+
 def structured(result: Any) -> dict[str, Any]:
+    """A success's structured content; for an error, ``{"error": ...}`` from its ``_meta``
+    (error results carry no structured content: see codespace.gateway.Outcome)."""
+    if result.is_error:
+        assert result.structured_content is None, "an error result must not carry structuredContent"
+        return {"error": (result.meta or {})[ERROR_META_KEY]}
     if result.structured_content is not None:
         return result.structured_content
     return json.loads(result.content[0].text)
@@ -61,7 +69,8 @@ async def call_ok(client: Client, name: str, arguments: Mapping[str, Any] | None
 
 
 async def call_error(client: Client, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``error`` object of a failing call (asserts that it failed)."""
+    """The error object of a failing call (asserts that it failed, carries no structured
+    content, and shows the agent the error's message as its text)."""
     result = await client.call_tool(name, dict(arguments or {}))
     assert result.is_error, f"{name} unexpectedly succeeded: {result.content[0].text[:500]}"
     data = structured(result)

@@ -74,6 +74,8 @@ class ToolCall:
     client: str | None
     _progress: ProgressFn | None = None
     detached: bool = False
+    cancel_note: str | None = None
+    """Set by a handler that cleaned up after a cancellation: what the record's error says."""
 
     def detach(self) -> None:
         """Leave the operation ``running`` after the handler returns: the work goes on

@@ -10,6 +10,7 @@ import signal
 import time
 from typing import Literal
 
+import anyio
 from pydantic import Field, field_validator
 
 from .. import sandboxing
@@ -25,6 +26,7 @@ INTERACTIVE_YIELD_MS = 1_000
 MAX_YIELD_MS = 300_000
 DEFAULT_QUIET_MS = 100  # an interactive session that printed and then went quiet is waiting for input
 PIPE_DEFAULTS = {"PAGER": "cat", "GIT_PAGER": "cat"}  # a pager on a pipe would wait forever
+CANCEL_GRACE_S = 0.5  # a cancelled exec: SIGTERM, then SIGKILL after this long
 
 
 def _no_nul(value: str) -> str:
@@ -112,6 +114,9 @@ class CommandOutput(Model):
     )
     sandbox_rule: str | None = Field(default=None, description="The policy rule (path or network) that likely applied.")
     note: str | None = None
+    next_step: str | None = Field(
+        default=None, description="What to call next, while the command runs or output is left unread.",
+    )
 
 
 class SessionArgs(Strict):
@@ -219,7 +224,16 @@ def _result(call: ToolCall, session: Session, max_bytes: int, *, after: int | No
         sandbox_denied=hint.likely if hint else None,
         sandbox_rule=hint.rule if hint else None,
         note=note,
+        next_step=_next_step(session.id, status["running"]) if keep else None,
     )
+
+
+def _next_step(session_id: str, running: bool) -> str:
+    # Codex and Claude Code show the model only the structured result, not the text's hints.
+    if running:
+        return (f"still running: call read_output (wait_ms waits for more), write_stdin or terminate with "
+                f"session_id {session_id!r}")
+    return f"more output is left: call read_output with session_id {session_id!r}"
 
 
 def _render(result: CommandOutput) -> str:
@@ -269,17 +283,25 @@ async def exec_command(call: ToolCall, args: ExecArgs) -> CommandOutput:
     timeout_ms = args.timeout_ms or (None if interactive else limits.exec_timeout_ms)
     if timeout_ms is not None:
         timeout_ms = min(timeout_ms, limits.max_exec_timeout_ms)
-    session = await _registry(call).start(
-        spec, operation_id=call.operation_id, timeout_s=timeout_ms / 1000 if timeout_ms else None,
-        separate_stderr=args.separate_stderr, lossless=args.lossless,
-        sandbox=(decision.backend, decision.layout) if decision.backend is not None else None,
-    )
-    if args.stdin is not None:
-        await session.process.write(args.stdin.encode())
-        if not interactive and hasattr(session.process, "close_stdin"):
-            session.process.close_stdin()
-    yield_ms = args.yield_ms if args.yield_ms is not None else (INTERACTIVE_YIELD_MS if interactive else DEFAULT_YIELD_MS)
-    await session.wait_for(deadline=time.monotonic() + yield_ms / 1000, quiet_s=args.quiet_ms / 1000 if interactive else None, baseline=0)
+    # Shielded: a cancellation arriving while the command starts must find the session to stop.
+    with anyio.CancelScope(shield=True):
+        session = await _registry(call).start(
+            spec, operation_id=call.operation_id, timeout_s=timeout_ms / 1000 if timeout_ms else None,
+            separate_stderr=args.separate_stderr, lossless=args.lossless,
+            sandbox=(decision.backend, decision.layout) if decision.backend is not None else None,
+        )
+    try:
+        if args.stdin is not None:
+            await session.process.write(args.stdin.encode())
+            if not interactive and hasattr(session.process, "close_stdin"):
+                session.process.close_stdin()
+        yield_ms = args.yield_ms if args.yield_ms is not None else (INTERACTIVE_YIELD_MS if interactive else DEFAULT_YIELD_MS)
+        await session.wait_for(deadline=time.monotonic() + yield_ms / 1000,
+                               quiet_s=args.quiet_ms / 1000 if interactive else None, baseline=0)
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await _stop_cancelled(call, session)
+        raise
     session.sandboxed = decision.backend is not None
     result = _result(call, session, _max_bytes(call, args.max_bytes),
                      env_dropped=refused_extra(ws.policy.env, args.env), note=decision.note)
@@ -287,6 +309,23 @@ async def exec_command(call: ToolCall, args: ExecArgs) -> CommandOutput:
         session.detached = True
         call.detach()
     return result
+
+
+async def _stop_cancelled(call: ToolCall, session: Session) -> None:
+    """The client gave up on the exec call before it returned (notifications/cancelled, a
+    client-side tool timeout): the command is stopped, so nothing runs that no call reports
+    on, and the record says so. A retry with the same operation_id replays ``cancelled``; a
+    new operation_id runs the command again. (A command whose exec call already returned a
+    session_id is not affected: the call had finished.)"""
+    await session.terminate(signal.SIGTERM, CANCEL_GRACE_S)
+    _registry(call).forget(session)
+    status = session.status()
+    ended = f"exit code {status['exit_code']}" + (f", {status['signal']}" if status.get("signal") else "")
+    call.cancel_note = (
+        "cancelled (by the client, or by the server stopping) before exec returned: the command was stopped "
+        f"(SIGTERM to its process group and session, SIGKILL after {CANCEL_GRACE_S:g} s; {ended}) and nothing of "
+        "it runs on. To run it again, call exec with a new operation_id (or none)."
+    )
 
 
 async def write_stdin(call: ToolCall, args: WriteStdinArgs) -> CommandOutput:

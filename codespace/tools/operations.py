@@ -1,5 +1,6 @@
 """get_operation and list_operations: what the operation store knows."""
 
+import json
 from typing import Any, Literal
 
 from pydantic import Field
@@ -21,7 +22,9 @@ class OperationView(Model):
     operation_id: str
     tool: str
     status: StatusFilter
-    arguments: str | None = Field(description="Arguments as JSON, shortened.")
+    arguments: dict[str, Any] | str | None = Field(
+        description="The call's arguments (paths made absolute); a string of JSON cut short when they were too long."
+    )
     result: dict[str, Any] | None = Field(description="Stored structured result or error.")
     error: str | None
     rule: str | None = Field(description="Policy rule that refused the call.")
@@ -55,9 +58,22 @@ class ListOperationsResult(Model):
     next_before: float | None = Field(description="Pass as 'before' for the next page; null at the end.")
 
 
+def _arguments(summary: str | None) -> dict[str, Any] | str | None:
+    # Kept as JSON text; shown as an object, since a client that hands the model the structured
+    # result as JSON would otherwise show JSON inside a string, every quote escaped.
+    if summary is None:
+        return None
+    try:
+        parsed = json.loads(summary)
+    except ValueError:
+        return summary  # shortened
+    return parsed if isinstance(parsed, dict) else summary
+
+
 def view(record: OperationRecord, network: list[NetworkEvent] | None = None) -> OperationView:
-    return OperationView(**record.model_dump(include=set(OperationView.model_fields) - {"network"}),
-                         network=network or [])
+    fields = record.model_dump(include=set(OperationView.model_fields) - {"network"})
+    fields["arguments"] = _arguments(record.arguments)
+    return OperationView(**fields, network=network or [])
 
 
 async def get_operation(call: ToolCall, args: GetOperationArgs) -> OperationView:

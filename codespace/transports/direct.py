@@ -174,9 +174,12 @@ class DirectToolCalls:
         result: dict[str, Any] = {"content": [{"text": outcome.text, "type": "text"}], "isError": outcome.is_error}
         if outcome.structured is not None:
             result["structuredContent"] = outcome.structured
+        meta = outcome.meta  # an error's machine-readable form (errors carry no structuredContent)
+        if meta is not None:
+            result["_meta"] = meta
         if modern:
             result["resultType"] = "complete"
             if self._server_info_stamp is None:
                 self._server_info_stamp = self._server_info()
-            result["_meta"] = {SERVER_INFO_META_KEY: self._server_info_stamp}
+            result["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: self._server_info_stamp}
         await send(_encode({"jsonrpc": "2.0", "id": request_id, "result": result}))

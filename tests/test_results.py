@@ -1,0 +1,87 @@
+"""What a tool result looks like on the wire, for clients that validate it.
+
+Errors carry no ``structuredContent``: the TypeScript SDK 1.x checks structured content
+against the tool's output schema whenever it is present, error or not, and an error object
+matches no output schema, so the agent would get a -32602 instead of the message. The error is
+the text block, and ``_meta["codespace/error"]`` for programs."""
+
+from __future__ import annotations
+
+import anyio
+import jsonschema
+import pytest
+
+from codespace.testing import call_ok, connect
+
+pytestmark = pytest.mark.anyio
+
+FAILING = [
+    ("no_such_tool", {}, "unknown_tool", "unknown tool 'no_such_tool'"),
+    ("read_file", {"path": "a.txt", "bogus": 1}, "invalid_arguments", "'bogus': unknown argument"),
+    ("read_file", {"path": "/proc/1/environ"}, "refused", "refused by policy"),
+    ("tally", {"name": "k", "operation_id": "op-same"}, "operation_conflict", "already used for a different call"),
+    ("get_operation", {"operation_id": "op-none"}, "not_found", "no operation 'op-none'"),
+    ("boom", {}, "internal_error", "internal error in boom"),
+    ("write_file", {"path": ".git/x", "content": "", "operation_id": "op-p"}, "refused", "filesystem.protected"),
+    ("write_file", {"path": ".git/x", "content": "", "operation_id": "op-p"}, "refused", "replayed: operation op-p"),
+    ("read_file", {"path": "missing.txt"}, "not_found", "missing.txt"),
+]
+
+
+async def test_error_results_are_text_and_meta_without_structured_content(app_factory, mode):
+    async with connect(app_factory(plugins=("example", "fs")), mode=mode) as client:
+        await call_ok(client, "tally", {"name": "first", "operation_id": "op-same"})
+        for tool, arguments, code, words in FAILING:
+            result = await client.call_tool(tool, arguments)
+            assert result.is_error, (tool, arguments)
+            assert result.structured_content is None, f"{tool}: an error result carries structuredContent"
+            [block] = result.content
+            error = result.meta["codespace/error"]
+            assert block.type == "text" and block.text == error["message"] and words in block.text
+            assert error["code"] == code
+
+
+async def test_successes_validate_against_their_output_schema(app_factory, ws, mode):
+    (ws / "a.txt").write_text("one\n")
+    async with connect(app_factory(plugins=("example", "fs")), mode=mode) as client:
+        schemas = {t.name: t.output_schema for t in (await client.list_tools()).tools}
+        calls = [("read_file", {"path": "a.txt"}), ("write_file", {"path": "b.txt", "content": "x"}),
+                 ("write_file", {"path": "c.txt", "content": "x", "operation_id": "op-w"}),
+                 ("write_file", {"path": "c.txt", "content": "x", "operation_id": "op-w"}),
+                 ("get_operation", {"operation_id": "op-w"}), ("list_operations", {}), ("workspace_info", {})]
+        for tool, arguments in calls:
+            result = await client.call_tool(tool, arguments)
+            assert not result.is_error, result.content[0].text
+            jsonschema.Draft202012Validator(schemas[tool]).validate(result.structured_content)
+
+
+async def test_get_operation_shows_the_arguments_as_an_object(app_factory, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        await call_ok(client, "tally", {"name": "shown", "operation_id": "op-args"})
+        record = await call_ok(client, "get_operation", {"operation_id": "op-args"})
+        assert record["arguments"]["name"] == "shown"  # not JSON text inside a string
+        assert record["result"]["count"] == 1
+
+
+async def test_a_running_command_says_what_to_call_next_in_its_structured_result(app_factory, mode):
+    async with connect(app_factory(), mode=mode) as client:
+        running = await call_ok(client, "exec", {"command": ["sleep", "30"], "yield_ms": 50})
+        session = running["session_id"]
+        assert f"session_id '{session}'" in running["next_step"] and "read_output" in running["next_step"]
+        done = await call_ok(client, "terminate", {"session_id": session, "signal": "KILL", "grace_ms": 0})
+        assert "next_step" not in done  # nothing left to do: the field is left out
+        finished = await call_ok(client, "exec", {"command": ["echo", "hi"]})
+        assert finished["output"] == "hi\n" and "next_step" not in finished
+
+        arguments = {"command": "sleep 0.2", "yield_ms": 0, "operation_id": "op-next"}
+        first = await call_ok(client, "exec", arguments)
+        assert "still running" in first["next_step"]
+        done = first
+        while done["running"]:
+            done = await call_ok(client, "read_output", {"session_id": first["session_id"], "wait_ms": 5000})
+        for _ in range(50):
+            if (await call_ok(client, "get_operation", {"operation_id": "op-next"}))["status"] != "running":
+                break
+            await anyio.sleep(0.05)
+        replay = await call_ok(client, "exec", arguments)
+        assert replay["replayed"] and replay["running"] is False and "next_step" not in replay
