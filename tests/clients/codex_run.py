@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -80,6 +82,20 @@ def config_toml(port: int, config: dict[str, Any]) -> str:
     return to_toml(full) + "\n"
 
 
+def wait_for(url: str, timeout: float = 60) -> None:
+    """Until something accepts connections at url's host and port."""
+    parts = urlsplit(url)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((parts.hostname, parts.port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def load_steps(raw: list[dict[str, Any]]) -> list[Search | Call | Say]:
     kinds = {"search": Search, "call": Call, "say": Say}
     return [kinds[step.pop("kind")](**step) for step in (dict(s) for s in raw)]
@@ -92,8 +108,14 @@ def main(spec_path: str, result_path: str) -> int:
     home = Path(spec["codex_home"])
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(config_toml(port, spec["config"]))
-    env = {"RUST_LOG": os.environ.get("RUST_LOG", "warn"), "CODEX_HOME": str(home), "HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-           KEY_ENV: "dummy-key-for-loopback", "LANG": "C.UTF-8"}
+    env = {"RUST_LOG": os.environ.get("RUST_LOG", "warn"), "CODEX_HOME": str(home), "HOME": str(home),
+           "PATH": os.environ.get("PATH", "/usr/bin:/bin"), KEY_ENV: "dummy-key-for-loopback", "LANG": "C.UTF-8",
+           **spec.get("env", {})}
+    # A server Codex connects to rather than starts (HTTP), started here so it shares the namespace.
+    background = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=open(home / "background.log", "w")) for argv in spec.get("background", [])]
+    for url in spec.get("wait_for", []):
+        wait_for(url)
     cmd = [spec["codex"], "exec", "--strict-config", "--skip-git-repo-check", "--color", "never",
            "-C", spec["workspace"], spec["prompt"]]
     started = time.monotonic()
@@ -105,6 +127,9 @@ def main(spec_path: str, result_path: str) -> int:
         code, out, err = "timeout", exc.stdout or "", exc.stderr or ""
         out, err = (s.decode() if isinstance(s, bytes) else s for s in (out, err))
     model.stop()
+    for proc in background:
+        proc.terminate()
+        proc.wait(timeout=10)
     result = {"code": code, "stdout": out, "stderr": err, "seconds": round(time.monotonic() - started, 2),
               "config": (home / "config.toml").read_text(), "requests": model.requests, "shown": model.shown()}
     Path(result_path).write_text(json.dumps(result, indent=1))

@@ -20,7 +20,8 @@ import importlib.util
 import json
 import os
 import re
-import shutil
+import secrets
+import socket
 import subprocess
 import sys
 import tomllib
@@ -90,12 +91,21 @@ def codex() -> Path:
     return codex_binary()
 
 
-def documented_config() -> dict[str, Any]:
-    """The ```toml blocks of the Codex section of docs/agent-loops.md, merged."""
+def documented_blocks() -> list[dict[str, Any]]:
+    """The ```toml blocks of the Codex section of docs/agent-loops.md."""
     section = DOC.read_text().split("\n## Codex\n", 1)[1].split("\n## ", 1)[0]
+    return [tomllib.loads(block) for block in re.findall(r"```toml\n(.*?)```", section, flags=re.S)]
+
+
+def is_http(block: dict[str, Any]) -> bool:
+    return "url" in block.get("mcp_servers", {}).get("codespace", {})
+
+
+def documented_config() -> dict[str, Any]:
+    """The stdio configuration: every Codex block but the HTTP one, merged."""
     config: dict[str, Any] = {}
-    for block in re.findall(r"```toml\n(.*?)```", section, flags=re.S):
-        for key, value in tomllib.loads(block).items():
+    for block in (b for b in documented_blocks() if not is_http(b)):
+        for key, value in block.items():
             config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
     assert "codespace" in config.get("mcp_servers", {}), f"{DOC.name}: no [mcp_servers.codespace] in ## Codex"
     return config
@@ -130,10 +140,11 @@ def codex_config(tmp: Path, *, delay_start: float = 0, **server: Any) -> dict[st
     return config
 
 
-def run_codex(codex: Path, tmp: Path, steps: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
+def run_codex(codex: Path, tmp: Path, steps: list[dict[str, Any]], config: dict[str, Any],
+              **extra: Any) -> dict[str, Any]:
     (tmp / "ws").mkdir(exist_ok=True)
     spec = {"codex": str(codex), "codex_home": str(tmp / "codex-home"), "workspace": str(tmp / "ws"),
-            "prompt": "Work in the CodeSpace workspace.", "config": config, "steps": steps}
+            "prompt": "Work in the CodeSpace workspace.", "config": config, "steps": steps, **extra}
     (tmp / "spec.json").write_text(json.dumps(spec))
     cmd = [*network_wrapper(), sys.executable, str(HERE / "codex_run.py"), str(tmp / "spec.json"),
            str(tmp / "result.json")]
@@ -252,3 +263,34 @@ def test_past_startup_timeout_codex_exits(codex: Path, tmp_path: Path) -> None:
     assert result["code"] != 0
     assert "required MCP servers failed to initialize" in result["stderr"]
     assert not [r for r in result["requests"] if r["method"] == "POST"], "the model was asked anyway"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_codex_over_streamable_http(codex: Path, tmp_path: Path) -> None:
+    """The documented HTTP block: Codex sends the bearer token from bearer_token_env_var."""
+    (table,) = [b["mcp_servers"]["codespace"] for b in documented_blocks() if is_http(b)]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    token = secrets.token_urlsafe(24)
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    server = [sys.executable, "-m", "codespace", "serve", "--transport", "http", "--port", str(port),
+              "--workspace", str(tmp_path / "ws"), "--state-dir", str(tmp_path / "state"),
+              "--token-file", str(token_file)]
+    config = {**documented_config(), "model": "gpt-5.5"}
+    config["mcp_servers"] = {"codespace": {**table, "url": url}}
+    steps = [search("s", "write a file"),
+             call("write", "write_file", path="h.txt", content="over http\n"),
+             call("read", "read_file", path="h.txt"),
+             {"kind": "say", "text": "done"}]
+    result = run_codex(codex, tmp_path, steps, config, background=[server], wait_for=[url],
+                       env={table["bearer_token_env_var"]: token})
+    assert result["code"] == 0, result["stderr"][-2000:]
+    assert "over http" in result["shown"]["read"]
+    assert (tmp_path / "ws" / "h.txt").read_text() == "over http\n"
