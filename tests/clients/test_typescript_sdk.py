@@ -1,0 +1,109 @@
+"""The official TypeScript MCP clients, which nobody here wrote, against a real server.
+
+``ts_client.cjs`` calls every tool, each at least once so that it fails, through
+``@modelcontextprotocol/sdk`` 1.x (the client inside the MCP Inspector and many agents) and
+``@modelcontextprotocol/client`` 2.x, over stdio and over Streamable HTTP with the bearer
+token, and checks the text an agent is shown. Both SDKs check a result's structured content
+against the tool's output schema and throw when it does not match, so a result that is not
+valid never reaches the agent.
+
+The packages come from ``CODESPACE_NODE_MODULES`` (a ``node_modules`` directory; .ci/run
+installs them there from npm). Without node or the packages the tests skip, except in CI
+(``CI=true``), where they fail: CI must run them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from ..conftest import codespace_cmd
+
+SCRIPT = Path(__file__).with_name("ts_client.cjs")
+PACKAGES = {"sdk1": "@modelcontextprotocol/sdk", "client2": "@modelcontextprotocol/client"}
+IN_CI = os.environ.get("CI") == "true"
+
+
+def _node_modules() -> Path | None:
+    value = os.environ.get("CODESPACE_NODE_MODULES")
+    return Path(value) if value else None
+
+
+def _require(sdk: str) -> tuple[str, Path]:
+    node = shutil.which("node")
+    modules = _node_modules()
+    missing = None
+    if node is None:
+        missing = "node is not installed"
+    elif modules is None:
+        missing = "CODESPACE_NODE_MODULES is not set (a node_modules directory with the MCP client packages)"
+    elif not (modules / PACKAGES[sdk] / "package.json").is_file():
+        missing = f"{PACKAGES[sdk]} is not installed in {modules}"
+    if missing is not None:
+        if IN_CI:
+            pytest.fail(f"CI must run the TypeScript client tests, but {missing}; .ci/run installs them")
+        pytest.skip(missing)
+    assert node is not None and modules is not None
+    return node, modules
+
+
+def _server_argv(ws: Path, state: Path, *extra: str) -> list[str]:
+    return [*codespace_cmd(), "serve", "--workspace", str(ws), "--state-dir", str(state), *extra]
+
+
+@contextmanager
+def _http_server(ws: Path, state: Path):
+    proc = subprocess.Popen(
+        _server_argv(ws, state, "--transport", "http", "--port", "0"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                raise AssertionError(f"the HTTP server exited early: {proc.wait()}")
+            match = re.search(r"listening on (http://\S+/mcp)", line)
+            url = match.group(1) if match else None
+        assert url, "the HTTP server did not announce its address"
+        yield url, (state / "http-token").read_text().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _run(node: str, modules: Path, env: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [node, str(SCRIPT)], env={**os.environ, "CS_NODE_MODULES": str(modules), **env},
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert lines, f"the client printed nothing (exit {done.returncode}); stderr:\n{done.stderr[-3000:]}"
+    report = json.loads(lines[-1])
+    assert not report["failed"], "checks failed:\n" + "\n".join(report["failed"]) + f"\nstderr:\n{done.stderr[-2000:]}"
+    assert done.returncode == 0, done.stderr[-3000:]
+    return report
+
+
+@pytest.mark.parametrize("sdk", sorted(PACKAGES))
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_every_tool_through_the_official_typescript_client(ws, state, sdk, transport):
+    node, modules = _require(sdk)
+    env = {"CS_SDK": sdk, "CS_TRANSPORT": transport, "CS_WORKSPACE": str(ws)}
+    if transport == "stdio":
+        report = _run(node, modules, {**env, "CS_SERVER_CMD": json.dumps(_server_argv(ws, state))})
+    else:
+        with _http_server(ws, state) as (url, token):
+            report = _run(node, modules, {**env, "CS_URL": url, "CS_TOKEN": token})
+    # The built-in tools, each called (the script checks that it called every listed tool).
+    assert {"exec", "apply_patch", "read_file", "write_file", "get_operation"} <= set(report["tools"])
+    assert report["ok"] > 200
