@@ -10,7 +10,7 @@ it: ``wrap()`` builds the spec, the payloads go through inherited pipes written 
 the spawn. Variants:
 
 - ``true``: plain /bin/true
-- ``bwrap``: ``bwrap --ro-bind / / --dev /dev --unshare-all -- /bin/true`` (BEHAVIOUR.md's bare bwrap)
+- ``bwrap``: ``bwrap --ro-bind / / --dev /dev --unshare-all -- /bin/true`` (the bare bwrap of docs/upstream-0.171.0.md)
 - ``python``: ``python -I -S -c 'import posix; posix._exit(0)'``, the floor of a per-command Python helper
 - ``codex-ro`` / ``codex-ww``: ``codex sandbox [-c sandbox_mode="workspace-write"] -- /bin/true``
 - ``helper-ro``: the helper, bubblewrap engine, policy with nothing writable (upstream read-only)

@@ -1,4 +1,4 @@
-"""The probe matrix of BEHAVIOUR.md, run *inside* a sandbox (ours or the pinned ``codex sandbox``).
+"""The probe matrix of docs/upstream-0.171.0.md, run *inside* a sandbox (ours or the pinned ``codex sandbox``).
 
     python -I -S probe.py OUTSIDE_DIR   (cwd: the workspace, which holds a .git directory)
 

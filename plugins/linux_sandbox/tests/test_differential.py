@@ -3,7 +3,7 @@
 Every row must agree, except those listed in DIFFERENCES with the value each side gives
 and why (README.md, "Differential against codex sandbox", repeats the table).
 Set CODESPACE_CODEX_BINARY to the codex executable; the default is where
-BEHAVIOUR.md says to cache it.
+docs/upstream-0.171.0.md says it is cached.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def codex_probe(env, policy: str) -> dict[str, str]:
 def codex_available() -> None:
     if not os.access(CODEX, os.X_OK):
         pytest.skip(f"the pinned codex binary is not at {CODEX} (npm pack @openai/codex@0.171.0-linux-x64; "
-                    "see BEHAVIOUR.md) — set CODESPACE_CODEX_BINARY")
+                    "see docs/upstream-0.171.0.md) — set CODESPACE_CODEX_BINARY")
 
 
 @pytest.mark.parametrize("policy", ["read-only", "workspace-write"])

@@ -1,4 +1,4 @@
-"""BEHAVIOUR.md's probe matrix, for read-only and workspace-write policies, in both engines.
+"""The upstream probe matrix (docs/upstream-0.171.0.md), for read-only and workspace-write policies, in both engines.
 
 Rows that differ from upstream are listed in README.md ("Probe matrix") with the reason;
 the expectations here are the full tables, not just the rows that agree.
