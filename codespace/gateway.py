@@ -22,6 +22,8 @@ from pydantic import BaseModel, ValidationError
 from .contract import BackendMissing, Refused, ToolError
 from .policy import Refusal, normalize, validate_agent_path
 from .store import OperationRecord
+from .surrogates import describe as describe_surrogate
+from .surrogates import find_lone_surrogate
 from .tooling import Needs, ProgressFn, ToolCall, ToolDefinition, structured_result
 
 if TYPE_CHECKING:
@@ -146,6 +148,9 @@ class Gateway:
             )
             return await self._record_refusal(tool, None, refusal, {"size": size}, client)
 
+        surrogate_at = find_lone_surrogate(raw_args)
+        if surrogate_at is not None:
+            return _error("invalid_arguments", describe_surrogate(name, surrogate_at), {"argument": surrogate_at})
         try:
             args = tool.arguments.model_validate(raw_args)
         except ValidationError as exc:
