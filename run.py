@@ -76,7 +76,10 @@ def run_tests(python: Path, extra: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if not argv:
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]

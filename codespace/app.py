@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ async def _supervised(plugin: str, service: Any) -> None:
 
 
 STORE_FILE = "operations.sqlite3"
+STOP_GRACE_S = 0.02  # at shutdown, SIGTERM then SIGKILL after this long
 
 
 @dataclass
@@ -88,7 +90,22 @@ class App:
                 for plugin, service in self.plugins.services(self.workspace, self.backends, self.store):
                     services.start_soon(_supervised, plugin, service)
                 async with self.processes.running():
-                    yield self
+                    try:
+                        yield self
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await self._stop_sessions()
                 services.cancel_scope.cancel()
         finally:
-            await self.store.close()
+            with anyio.CancelScope(shield=True):  # a signal's cancellation must not skip the close
+                await self.store.close()
+
+    async def _stop_sessions(self) -> None:
+        """Terminate every live session with a short grace: an agent's client that stops the
+        server sends SIGINT, then SIGTERM 100 ms later, then kills it; an interactive shell
+        ignores SIGTERM and would hold the stop for the registry's whole grace."""
+        live = [s for s in self.processes.sessions() if not s.finished.is_set()]
+        async with anyio.create_task_group() as tg:
+            for session in live:
+                session.terminated_by = "shutdown"
+                tg.start_soon(session.terminate, signal.SIGTERM, STOP_GRACE_S)

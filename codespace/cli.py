@@ -18,6 +18,9 @@ from typing import Any
 
 from . import __version__
 
+# As codespace.store.Status (restated: the store module imports pydantic; a test checks they agree).
+STATUSES = ("running", "succeeded", "failed", "refused", "interrupted", "cancelled")
+
 
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
@@ -57,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     ops_list = ops_sub.add_parser("list", help="recent operations, newest first")
     _workspace_options(ops_list)
     ops_list.add_argument("--limit", type=int, default=20)
-    ops_list.add_argument("--status", default=None)
+    ops_list.add_argument("--status", default=None, choices=STATUSES,
+                          help="only operations with this status")
     ops_list.add_argument("--tool", default=None)
     ops_list.add_argument("--json", action="store_true")
     ops_show = ops_sub.add_parser("show", help="one operation in full")
@@ -81,26 +85,15 @@ def _build_app(args: argparse.Namespace):  # noqa: ANN202
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.transport == "stdio":
+        # Nothing heavy is imported before the wire is served: see codespace.transports.stdio_serve.
+        from .transports.stdio_serve import run
+
+        return run(args.workspace, args.policy, args.state_dir)
+
     import anyio
 
     app = _build_app(args)
-    if args.transport == "stdio":
-        from .server import build_server
-        from .transports.direct import DirectToolCalls
-        from .transports.stdio import stdio_transport
-
-        async def run_stdio() -> None:
-            ready = anyio.Event()
-            server = build_server(app, transport="stdio", ready=ready)
-            direct = None
-            if os.environ.get("CODESPACE_DIRECT_CALLS", "1") != "0":
-                direct = DirectToolCalls(app, lambda: server.server_info_stamp, ready)
-            async with stdio_transport(direct) as (read_stream, write_stream):
-                await server.run(read_stream, write_stream, server.create_initialization_options())
-
-        anyio.run(run_stdio)
-        return 0
-
     from pathlib import Path
 
     from .transports.http import bind, load_or_create_token, serve_http
@@ -232,25 +225,43 @@ def _ops(args: argparse.Namespace) -> int:
         store.close_sync()
 
 
+def _unwrap(exc: BaseException) -> BaseException:
+    """The one real error inside task groups' exception groups (serve runs in task groups)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.log_level)
-    from .store import StoreError
-    from .workspace import WorkspaceError
-
     handlers = {"serve": _serve, "plugins": _plugins, "pins": _pins, "doctor": _doctor, "ops": _ops}
     try:
-        return handlers[args.command](args)
-    except (WorkspaceError, StoreError) as exc:
-        print(f"codespace: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
+        code = handlers[args.command](args)
         if args.command != "serve":
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
+    except BaseException as raised:  # noqa: BLE001 - sorted below; anything else is re-raised
+        exc = _unwrap(raised)
+        from .store import StoreError
+        from .workspace import WorkspaceError
+
+        if isinstance(exc, (WorkspaceError, StoreError)):
+            print(f"codespace: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, BrokenPipeError) and args.command != "serve":
+            # The reader left (``codespace ops list | head``): stop quietly, as ls or git do.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 141
+        if isinstance(exc, OSError) and args.command == "serve":
+            print(f"codespace: cannot serve: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, KeyboardInterrupt):
+            return 130
+        if exc is raised:
             raise
-        print(f"codespace: cannot serve: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+        raise exc from raised
 
 
 if __name__ == "__main__":

@@ -20,15 +20,9 @@ from mcp.server import Server
 
 from . import __version__
 from .app import App
+from .transports.wire import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
 
 log = logging.getLogger(__name__)
-
-INSTRUCTIONS = (
-    "CodeSpace executes in a governed workspace. Call workspace_info first: it shows the root (relative paths "
-    "resolve against it), what is readable or writable, command rules and limits. Side-effecting tools accept "
-    "operation_id: retrying with the same id returns the stored result instead of running twice. Refusals name "
-    "the policy rule that applied."
-)
 
 
 def _client_name(ctx: Any) -> str | None:
@@ -37,16 +31,18 @@ def _client_name(ctx: Any) -> str | None:
     return getattr(info, "name", None)
 
 
-def build_server(app: App, *, transport: str = "memory", ready: anyio.Event | None = None) -> Server[App]:
-    """``ready`` is set once the App runs (the direct tool-call path waits for it)."""
-    active = False
+def build_server(app: App, *, transport: str = "memory", ready: anyio.Event | None = None,
+                 run_app: bool = True) -> Server[App]:
+    """``ready`` is set once the App runs. With ``run_app`` False the caller runs the App
+    (the stdio front, which starts the SDK only when a request needs it)."""
+    active = not run_app
 
     @asynccontextmanager
     async def lifespan(_: Server[App]) -> AsyncIterator[App]:
         # stdio and HTTP enter the lifespan once; in-process legacy connections enter it
         # per connection, and a nested connection shares the App its first one runs.
         nonlocal active
-        if active:
+        if active:  # already running (or run by the caller)
             yield app
             return
         active = True
@@ -76,9 +72,9 @@ def build_server(app: App, *, transport: str = "memory", ready: anyio.Event | No
         )
 
     server: Server[App] = Server(
-        "codespace",
+        SERVER_NAME,
         version=__version__,
-        title="CodeSpace",
+        title=SERVER_TITLE,
         instructions=INSTRUCTIONS,
         lifespan=lifespan,
         on_list_tools=list_tools,

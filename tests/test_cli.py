@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -56,3 +57,47 @@ async def test_ops_list_and_show(app_factory, ws, state):
     assert shown["status"] == "succeeded" and shown["result"]["count"] == 1
     missing = run("ops", "show", "nope", "--workspace", str(ws), "--state-dir", str(state))
     assert missing.returncode == 1 and "no operation" in missing.stderr
+
+
+def test_statuses_agree_with_the_store():
+    from typing import get_args
+
+    from codespace.cli import STATUSES
+    from codespace.store.base import Status
+
+    assert STATUSES == get_args(Status)
+
+
+def test_ops_list_rejects_an_unknown_status(ws, state):
+    result = run("ops", "list", "--status", "bogus", "--workspace", str(ws), "--state-dir", str(state))
+    assert result.returncode == 2
+    assert "invalid choice: 'bogus'" in result.stderr and "succeeded" in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.anyio
+async def test_ops_output_into_a_closed_pipe_ends_quietly(app_factory, ws, state):
+    """``codespace ops list | head -1``: the reader leaves early; no traceback."""
+    async with connect(app_factory()) as client:
+        for i in range(300):
+            await call_ok(client, "tally", {"name": "pipe", "operation_id": f"pipe-{i}"})
+    for args in (["ops", "list", "--limit", "300"], ["ops", "list", "--json", "--limit", "300"],
+                 ["ops", "show", "pipe-7"]):
+        cmd = " ".join([*codespace_cmd(), *args, "--workspace", str(ws), "--state-dir", str(state)])
+        done = subprocess.run(["bash", "-o", "pipefail", "-c", f"{cmd} | head -c 1"], capture_output=True,
+                              text=True, timeout=60, env=subprocess_env())
+        assert len(done.stdout) == 1, done
+        assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+        assert done.returncode in (0, 141), done  # 141: the SIGPIPE status, as `ls | head` under pipefail
+
+
+def test_run_py_help_exits_zero():
+    from .conftest import REPO
+
+    for flag in ("--help", "-h"):
+        done = subprocess.run([sys.executable, str(REPO / "run.py"), flag], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done
+        assert "run.py serve" in done.stdout
+    bare = subprocess.run([sys.executable, str(REPO / "run.py")], capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 2 and "run.py serve" in bare.stderr

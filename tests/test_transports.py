@@ -166,7 +166,8 @@ async def test_http_refuses_without_token_and_with_bad_origin_or_host(ws, state)
             missing = await http.post(url, json=INIT, headers=HEADERS)
             assert missing.status_code == 401
             assert missing.headers["www-authenticate"].startswith("Bearer")
-            assert "http-token" in missing.json()["message"]
+            assert "Authorization: Bearer <token>" in missing.json()["message"]
+            assert str(state) not in missing.text and "http-token" not in missing.text  # no path to strangers
             wrong = await http.post(url, json=INIT, headers={**HEADERS, "Authorization": "Bearer not-the-token"})
             assert wrong.status_code == 401
             auth = {**HEADERS, "Authorization": f"Bearer {token}"}
@@ -176,6 +177,34 @@ async def test_http_refuses_without_token_and_with_bad_origin_or_host(ws, state)
             assert evil_host.status_code == 421
             good = await http.post(url, json=INIT, headers={**auth, "Origin": url.rsplit("/mcp", 1)[0]})
             assert good.status_code == 200
+            for scheme in ("bearer", "BEARER", "BeArEr"):  # schemes are case-insensitive (RFC 9110)
+                other_case = await http.post(url, json=INIT, headers={**HEADERS, "Authorization": f"{scheme} {token}"})
+                assert other_case.status_code == 200, scheme
+            wrong_case_token = await http.post(url, json=INIT, headers={**HEADERS,
+                                                                        "Authorization": f"Bearer {token.swapcase()}"})
+            assert wrong_case_token.status_code == 401  # the token itself is not
+
+
+async def test_http_answers_hostile_bodies_with_json_rpc_errors(ws, state):
+    """The same refusals as over stdio: nesting too deep, an object as id (the SDK left it
+    unanswered), a batch; the server goes on serving."""
+    with http_server(ws, state) as (url, _):
+        token = (state / "http-token").read_text().strip()
+        auth = {**HEADERS, "Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            for body, needle in (
+                (b"[" * 100000 + b"]" * 100000, "nests deeper than 64 levels"),
+                (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"read_file","arguments":{"path":'
+                 + b"[" * 15000 + b"]" * 15000 + b"}}}", "nests deeper than 64 levels"),
+                (b'{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}', '"id" must be a string or an integer'),
+                (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', "batches are not part of MCP"),
+            ):
+                refused = await http.post(url, content=body, headers=auth)
+                assert refused.status_code == 400, refused.text
+                error = refused.json()["error"]
+                assert refused.json()["id"] is None and error["code"] == -32600 and needle in error["message"]
+            ok = await http.post(url, json=INIT, headers=auth)
+            assert ok.status_code == 200
 
 
 async def test_http_token_from_file_and_loopback_only(ws, state, tmp_path):
@@ -262,6 +291,10 @@ def test_direct_tool_calls_match_the_sdk_path(ws, state, tmp_path, era):
 
     def normalise(reply: dict) -> dict:
         text = re.sub(r"op-[0-9a-f]{12}-[0-9a-f]{10}", "op-X", json.dumps(reply))
+        # Per-process facts in workspace_info: each command's cgroup name, and whether the
+        # sandbox's warm helper had started yet (the paths differ in timing, not in kind).
+        text = re.sub(r"cs-[0-9a-f]+-\d+-\d+", "cs-X", text)
+        text = re.sub(r"fast path: [^\"]*", "fast path: X", text)
         for direct in ("1", "0"):
             for name in ("ws", "state"):
                 text = text.replace(str((tmp_path / f"{name}-{direct}").resolve()), name.upper())

@@ -5,8 +5,8 @@ and memory streams per request, result sieving) costs about 0.5 ms of server CPU
 per call here, five times the gateway and the file read together. Tool calls are
 almost all of an agent's traffic, so the stdio transport hands them to this
 module instead, which produces the same wire result (a test compares the two
-paths byte for byte after parsing) and leaves everything else — initialize,
-discovery, listing, pings, unknown shapes — to the SDK.
+paths byte for byte after parsing) and leaves everything else to the front
+(:mod:`.front`: initialize, listing, pings) and the SDK (the rest).
 
 A call is taken only when its shape is plain: an id, a tool name, arguments as an
 object, no input-required round trip, and a protocol version known to be served
@@ -16,15 +16,22 @@ the request). Anything else falls through to the SDK unchanged.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from mcp_types import PROTOCOL_VERSION_META_KEY
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic_core import PydanticSerializationError, to_json
+
+from .wire import (
+    CLIENT_INFO_META_KEY,
+    INTERNAL_ERROR,
+    MODERN_PROTOCOL_VERSIONS,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+    encode,
+    server_info,
+    valid_id,
+)
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -33,72 +40,39 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
-CLIENT_INFO_META_KEY = "io.modelcontextprotocol/clientInfo"
-INTERESTING = (b'"tools/call"', b'"notifications/cancelled"', b'"initialize"', b'"notifications/initialized"')
-
 Send = Callable[[bytes], Awaitable[None]]
-
-
-def _encode(message: dict[str, Any]) -> bytes:
-    # pydantic-core's encoder is about four times faster than json.dumps for a listing's
-    # answer and writes the same bytes; a lone surrogate (which UTF-8 cannot carry) falls
-    # back to \u escapes.
-    try:
-        return to_json(message)
-    except PydanticSerializationError:
-        return json.dumps(message, separators=(",", ":")).encode("ascii")
+_encode = encode  # the name tests import
 
 
 class DirectToolCalls:
-    def __init__(self, app: App, server_info: Callable[[], dict[str, Any]], app_ready: anyio.Event,
-                 transport: str = "stdio") -> None:
-        self.app = app
-        self._server_info = server_info
-        self._server_info_stamp: dict[str, Any] | None = None  # fixed for the server's life; the SDK deep-copies it per read
+    def __init__(self, app_ready: anyio.Event, transport: str = "stdio") -> None:
+        self.app: App | None = None  # set once built; calls wait for ``app_ready``
         self._app_ready = app_ready
         self._transport = transport
         self._legacy_version: str | None = None
-        self._pending_init: tuple[Any, str | None, str | None] | None = None  # (id, requested version, client)
-        self._negotiated: str | None = None
+        self._pending_init: tuple[str, str | None] | None = None  # (negotiated version, client name)
         self._client: str | None = None
         self._running: dict[Any, anyio.CancelScope] = {}
         self.in_flight = 0  # calls taken and not yet answered
+        self.tg: TaskGroup | None = None
+        self.send: Send | None = None
 
-    def observe_outgoing(self, data: str) -> None:
-        """Learn the version the SDK's ``initialize`` answer settled on."""
-        if self._pending_init is None or self._negotiated is not None or '"protocolVersion"' not in data:
-            return
-        try:
-            message = json.loads(data)
-        except ValueError:
-            return
-        if message.get("id") == self._pending_init[0] and isinstance(message.get("result"), dict):
-            version = message["result"].get("protocolVersion")
-            if version in HANDSHAKE_PROTOCOL_VERSIONS:
-                self._negotiated = version
+    def attach(self, tg: TaskGroup, send: Send) -> None:
+        self.tg, self.send = tg, send
 
-    @staticmethod
-    def may_want(line: bytes) -> bool:
-        return any(marker in line for marker in INTERESTING)
+    def initialize(self, params: dict[str, Any], version: str) -> None:
+        """The front answered ``initialize``: calls are served once it is confirmed."""
+        info = params.get("clientInfo")
+        self._pending_init = (version, info.get("name") if isinstance(info, dict) else None)
+        self._legacy_version = None
 
-    def intercept(self, message: Any, tg: TaskGroup, send: Send) -> bool:
-        """Take the message (True) or let the SDK have it (False)."""
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            return False
+    def handshake_done(self, version: str | None, message: dict[str, Any]) -> None:
+        if self._pending_init is not None:
+            self._legacy_version, self._client = self._pending_init
+
+    def intercept(self, message: dict[str, Any], write: Any = None) -> bool:
+        """Take the call or cancellation (True) or let the SDK have it (False)."""
         method = message.get("method")
-        if method == "initialize":
-            params = message.get("params") or {}
-            info = params.get("clientInfo") if isinstance(params, dict) else None
-            requested = params.get("protocolVersion") if isinstance(params, dict) else None
-            name = info.get("name") if isinstance(info, dict) else None
-            self._pending_init = (message.get("id"), requested, name)
-            self._legacy_version = self._negotiated = None
-            return False
-        if method == "notifications/initialized":
-            if self._pending_init is not None and self._negotiated is not None:
-                self._legacy_version, self._client = self._negotiated, self._pending_init[2]
-            return False
         if method == "notifications/cancelled":
             params = message.get("params")
             scope = self._running.get(params.get("requestId")) if isinstance(params, dict) else None
@@ -110,7 +84,7 @@ class DirectToolCalls:
             return False
         request_id = message.get("id")
         params = message.get("params")
-        if not isinstance(request_id, (str, int)) or isinstance(request_id, bool) or not isinstance(params, dict):
+        if not valid_id(request_id) or not isinstance(params, dict):
             return False
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or not (arguments is None or isinstance(arguments, dict)):
@@ -131,8 +105,10 @@ class DirectToolCalls:
         if modern:
             info = meta.get(CLIENT_INFO_META_KEY)
             client = info.get("name") if isinstance(info, dict) else None
+        assert self.tg is not None and self.send is not None
         self.in_flight += 1
-        tg.start_soon(self._call, request_id, name, arguments, meta.get("progressToken"), modern, client, send)
+        self.tg.start_soon(self._call, request_id, name, arguments, meta.get("progressToken"), modern, client,
+                           self.send)
         return True
 
     async def _call(self, *args: Any) -> None:
@@ -158,6 +134,7 @@ class DirectToolCalls:
             try:
                 if not self._app_ready.is_set():  # wait() checkpoints even when set
                     await self._app_ready.wait()
+                assert self.app is not None
                 outcome = await self.app.gateway.call(
                     name, arguments, client=f"{self._transport}:{client}" if client else self._transport,
                     progress=progress,
@@ -165,7 +142,7 @@ class DirectToolCalls:
             except Exception:
                 log.exception("tools/call %s failed", name)
                 await send(_encode({"jsonrpc": "2.0", "id": request_id,
-                                    "error": {"code": -32603, "message": "Internal error"}}))
+                                    "error": {"code": INTERNAL_ERROR, "message": "Internal error"}}))
                 return
             finally:
                 self._running.pop(request_id, None)
@@ -179,7 +156,5 @@ class DirectToolCalls:
             result["_meta"] = meta
         if modern:
             result["resultType"] = "complete"
-            if self._server_info_stamp is None:
-                self._server_info_stamp = self._server_info()
-            result["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: self._server_info_stamp}
+            result["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: server_info()}
         await send(_encode({"jsonrpc": "2.0", "id": request_id, "result": result}))

@@ -23,6 +23,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from ..app import App
 from ..server import build_server
 from ..workspace import WorkspaceError
+from .wire import BadMessage, parse
 
 log = logging.getLogger(__name__)
 
@@ -67,34 +68,96 @@ def load_or_create_token(state_dir: Path, token_file: Path | None, env: dict[str
     return token, path
 
 
+UNAUTHORIZED_BODY = json.dumps({
+    "error": "unauthorized",
+    # Says where the operator finds the token, never the path itself: an unauthenticated
+    # caller learns nothing about this machine.
+    "message": "missing or wrong bearer token; send 'Authorization: Bearer <token>' with the token this server "
+               "announced on its stderr at start (from --token-file, $CODESPACE_HTTP_TOKEN or its state directory)",
+}).encode()
+
+
+def _bearer(header: bytes) -> bytes | None:
+    """The credentials of an ``Authorization: Bearer ...`` header; the scheme is
+    case-insensitive (RFC 9110 section 11.1), the token is not."""
+    scheme, _, credentials = header.strip().partition(b" ")
+    if scheme.lower() != b"bearer":
+        return None
+    return credentials.strip(b" ")
+
+
 class BearerTokenGate:
     """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
 
-    def __init__(self, app: Any, token: str, where: str) -> None:
+    def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
-        self._where = where
+        self._expected = token.encode()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            supplied = dict(scope.get("headers") or ()).get(b"authorization", b"")
-            if not hmac.compare_digest(supplied, self._expected):
-                body = json.dumps({
-                    "error": "unauthorized",
-                    "message": f"missing or wrong bearer token; send 'Authorization: Bearer <token>' with the token {self._where}",
-                }).encode()
+            supplied = _bearer(dict(scope.get("headers") or ()).get(b"authorization", b""))
+            if supplied is None or not hmac.compare_digest(supplied, self._expected):
                 await send({
                     "type": "http.response.start",
                     "status": 401,
                     "headers": [
                         (b"content-type", b"application/json"),
                         (b"www-authenticate", b'Bearer realm="codespace"'),
-                        (b"content-length", str(len(body)).encode()),
+                        (b"content-length", str(len(UNAUTHORIZED_BODY)).encode()),
                     ],
                 })
-                await send({"type": "http.response.body", "body": body})
+                await send({"type": "http.response.body", "body": UNAUTHORIZED_BODY})
                 return
         await self.app(scope, receive, send)
+
+
+class JsonRpcPrecheck:
+    """ASGI middleware: a POSTed message the stdio front would refuse (nested too deep,
+    an object as id, a batch, not JSON-RPC) gets the same JSON-RPC error with status 400,
+    before the SDK sees it (it leaves an object id unanswered)."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self._limit = limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message]), send)
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self._limit or not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        if size <= self._limit:
+            try:
+                parse(body)
+            except BadMessage as bad:
+                if bad.reply:
+                    await send({"type": "http.response.start", "status": 400, "headers": [
+                        (b"content-type", b"application/json"), (b"content-length", str(len(bad.reply)).encode())]})
+                    await send({"type": "http.response.body", "body": bad.reply})
+                    return
+        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": size > self._limit}],
+                                      receive), send)
+
+
+def _replay(messages: list[dict[str, Any]], then: Any = None) -> Any:
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        if then is not None:
+            return await then()
+        return {"type": "http.disconnect"}
+
+    return receive
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -112,7 +175,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def asgi_app(app: App, port: int, token: str, where: str) -> Any:
+def asgi_app(app: App, port: int, token: str) -> Any:
     server = build_server(app, transport="http")
     hosts = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
     security = TransportSecuritySettings(
@@ -128,7 +191,7 @@ def asgi_app(app: App, port: int, token: str, where: str) -> Any:
         # gateway and gets a refusal that names the rule instead of a bare 413.
         max_request_body_size=limit * 2 + 65536,
     )
-    return BearerTokenGate(starlette_app, token, where)
+    return BearerTokenGate(JsonRpcPrecheck(starlette_app, limit * 2 + 65536), token)
 
 
 async def serve_http(app: App, sock: socket.socket, token: str, where: str) -> None:
@@ -136,7 +199,7 @@ async def serve_http(app: App, sock: socket.socket, token: str, where: str) -> N
 
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        asgi_app(app, port, token, where), log_level="warning", lifespan="on", access_log=False, ws="none"
+        asgi_app(app, port, token), log_level="warning", lifespan="on", access_log=False, ws="none"
     )
     host = sock.getsockname()[0]
     shown = f"[{host}]" if ":" in host else host

@@ -9,39 +9,53 @@ Like the SDK transport, it claims fds 0 and 1 while serving: fd 0 then reads
 /dev/null and fd 1 points at stderr, so a stray ``print`` or a child process can
 never write into the protocol channel. Both are restored on exit.
 
-At end of input the streams stay open until every request already received has
-been answered (up to ``SETTLE_LIMIT_S``): a client that closes its side after
-the last request, as a shell pipeline does, still gets every answer.
+Each line goes to the front (:mod:`.front`), which answers it or hands it back
+for the SDK (:mod:`.bridge`); lines then wait behind it, so the SDK sees them in
+arrival order. At end of input the connection stays open until every request
+already received has been answered (up to ``SETTLE_LIMIT_S``): a client that
+closes its side after the last request, as a shell pipeline does, still gets
+every answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
-import json
+import logging
 import os
+import select
 import stat
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
-import mcp_types as types
-from mcp.shared._context_streams import create_context_streams
-from mcp.shared.message import SessionMessage
 
 from ..fdio import read_some, write_all
-from .direct import DirectToolCalls
+
+if TYPE_CHECKING:
+    from .front import Front
+
+log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 16
 SETTLE_LIMIT_S = 60.0  # at end of input, how long answers still being worked on are awaited
 
 
 def _pollable(fd: int) -> bool:
-    # epoll refuses regular files and directories; those are read on a thread instead.
+    # epoll refuses regular files, directories and some devices (/dev/null: EPERM); those
+    # are read on a thread instead.
     mode = os.fstat(fd).st_mode
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    try:
+        with select.epoll() as probe:
+            probe.register(fd, select.EPOLLIN)
+    except OSError:
+        return False
+    return True
 
 
 class _Claim:
@@ -93,182 +107,191 @@ def _lines(pending: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
     return lines, rest
 
 
-def _parse_error(line: bytes, exc: Exception) -> bytes:
-    """JSON-RPC 2.0 wants an answer even to a line we cannot use (the SDK stays silent,
-    leaving a client waiting forever)."""
-    request_id = None
-    try:
-        parsed = json.loads(line)
-    except ValueError:
-        code, message = -32700, "Parse error: the line is not valid JSON"
-    else:
-        if isinstance(parsed, dict) and isinstance(parsed.get("id"), (str, int)):
-            request_id = parsed["id"]
-        code, message = -32600, f"Invalid Request: not a JSON-RPC 2.0 message ({str(exc).splitlines()[0][:200]})"
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}).encode()
+class StdioConnection:
+    """The wire side: lines in (to the front, then to the SDK bridge), lines out."""
 
+    def __init__(self, claim: _Claim, front: Front, tg: Any) -> None:
+        self.claim = claim
+        self.front = front
+        self.tg = tg
+        # fast_acquire: an uncontended write must not yield to the loop (one iteration per answer saved)
+        self._write_lock = anyio.Lock(fast_acquire=True)
+        # Lines the front passed on wait here for the SDK in arrival order, and so does
+        # every line after them; ``None`` marks the end of input.
+        self._backlog: deque[tuple[bytes, dict[str, Any] | None] | None] = deque()
+        self._backlog_ready = anyio.Event()
+        self.finished = anyio.Event()
 
-@asynccontextmanager
-async def stdio_transport(direct: DirectToolCalls | None = None) -> AsyncIterator[tuple[object, object]]:
-    """The SDK's read/write streams over fds 0/1; with ``direct``, plain tool calls are
-    answered without going through the SDK's per-request machinery."""
-    claim = _Claim()
-    inbound_send, inbound = create_context_streams[SessionMessage | Exception](0)
-    outbound, outbound_receive = create_context_streams[SessionMessage](0)
-
-    # fast_acquire: an uncontended write must not yield to the loop (one iteration per answer saved)
-    write_lock = anyio.Lock(fast_acquire=True)
-
-    async def write_line(data: bytes) -> None:
-        async with write_lock:
+    async def write_line(self, data: bytes) -> None:
+        async with self._write_lock:
             try:
-                await write_all(claim.write_fd, data + b"\n")
+                await write_all(self.claim.write_fd, data + b"\n")
             except BrokenPipeError:
                 raise anyio.ClosedResourceError from None
 
-    # Lines go to the direct path or the SDK strictly in arrival order; one the direct
-    # path cannot take right away waits here, and so does every line after it.
-    backlog: deque[tuple[bytes, bool] | None] = deque()  # (line, for the SDK only); None: end of input
-    backlog_ready = anyio.Event()
+    def schedule(self, data: bytes) -> None:
+        self.tg.start_soon(self._write_quietly, data)
 
-    # Ids of requests handed to the SDK and not yet answered: at end of input the streams
-    # stay open until these are answered too (the SDK would cancel them on closing).
-    unanswered: set[object] = set()
-
-    async def settle() -> None:
-        """At end of input: wait until every request received is answered (a client that
-        closed its side after its last request still reads the answers)."""
-        with anyio.move_on_after(SETTLE_LIMIT_S):
-            while unanswered or (direct is not None and direct.in_flight):
-                await anyio.sleep(0.005)
-
-    def take(line: bytes) -> bool:
-        if direct is None or not direct.may_want(line):
-            return False
+    async def _write_quietly(self, data: bytes) -> None:
         try:
-            return direct.intercept(json.loads(line), tg, write_line)
-        except ValueError:
-            return False  # not JSON: the SDK path answers with the parse error
+            await self.write_line(data)
+        except anyio.ClosedResourceError:
+            log.info("the client closed its side; an answer was not delivered")
 
-    def accept(lines: list[bytes]) -> None:
+    def _take(self, line: bytes) -> dict[str, Any] | None:
+        try:
+            return self.front.take(line, self.schedule)
+        except Exception:  # noqa: BLE001 - one bad line must not end the server
+            log.exception("a line could not be served: %.200r", line)
+            self.schedule(b'{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Internal error"}}')
+            return None
+
+    def accept(self, lines: list[bytes]) -> None:
         for line in lines:
             if not line.strip():
                 continue
-            if backlog:
-                backlog.append((line, False))
-            elif not take(line):
-                backlog.append((line, True))  # the direct path has seen it: not offered twice
-        if backlog and not backlog_ready.is_set():
-            backlog_ready.set()
+            if self._backlog:
+                self._backlog.append((line, None))
+                continue
+            message = self._take(line)
+            if message is not None:
+                self._backlog.append((line, message))
+        if self._backlog and not self._backlog_ready.is_set():
+            self._backlog_ready.set()
 
-    async def to_sdk(line: bytes) -> None:
+    def end_of_input(self) -> None:
+        self._backlog.append(None)
+        self._backlog_ready.set()
+
+    async def _forward(self, line: bytes, message: dict[str, Any]) -> None:
         try:
-            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except Exception as exc:  # noqa: BLE001 - any bad line gets an answer, then we go on
-            await write_line(_parse_error(line, exc))
-            return
-        if isinstance(message, types.JSONRPCRequest):
-            unanswered.add(message.id)
-        await inbound_send.send(SessionMessage(message))
+            await self.front.bridge.forward(message, line)
+        except Exception as exc:  # noqa: BLE001 - the SDK refused the line: answer it, go on
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+            request_id = message.get("id")
+            self.schedule(_parse_error(request_id, exc))
 
-    async def drain_backlog(pause: Callable[[], None], resume: Callable[[], None]) -> None:
+    async def settle(self) -> None:
+        """At end of input: wait until every request received is answered (a client that
+        closed its side after its last request still reads the answers)."""
+        direct = self.front.direct
+        with anyio.move_on_after(SETTLE_LIMIT_S):
+            while self.front.bridge.unanswered or (direct is not None and direct.in_flight):
+                await anyio.sleep(0.002)
+
+    async def drain(self, pause: Callable[[], None], resume: Callable[[], None]) -> None:
         """Feed held lines to the SDK (awaiting it: that is the back-pressure), pausing input
         meanwhile."""
-        nonlocal backlog_ready
-        async with inbound_send:
-            while True:
-                await backlog_ready.wait()
-                pause()
-                while backlog:
-                    held = backlog.popleft()
-                    if held is None:
-                        await settle()
-                        return
-                    line, sdk_only = held
-                    if sdk_only or not take(line):
-                        await to_sdk(line)
-                backlog_ready = anyio.Event()
-                resume()
+        while True:
+            await self._backlog_ready.wait()
+            pause()
+            while self._backlog:
+                held = self._backlog.popleft()
+                if held is None:
+                    await self.settle()
+                    self.finished.set()
+                    return
+                line, message = held
+                if message is None:
+                    message = self._take(line)
+                if message is not None:
+                    await self._forward(line, message)
+            self._backlog_ready = anyio.Event()
+            resume()
 
-    async def read_on_loop() -> None:
+    async def read_on_loop(self) -> None:
         """asyncio: a reader callback stays registered with the loop and takes each line as
         it arrives (no task wake-up and no epoll re-registration per message)."""
         loop = asyncio.get_running_loop()
+        fd = self.claim.read_fd
         pending = b""
         done = False
 
         def on_readable() -> None:
             nonlocal pending, done
             try:
-                chunk = os.read(claim.read_fd, READ_CHUNK)
+                chunk = os.read(fd, READ_CHUNK)
             except BlockingIOError:
                 return
             except OSError:
                 chunk = b""
             lines, pending = _lines(pending, chunk)
-            accept(lines)
+            self.accept(lines)
             if not chunk:
-                loop.remove_reader(claim.read_fd)
+                loop.remove_reader(fd)
                 done = True
-                backlog.append(None)
-                backlog_ready.set()
+                self.end_of_input()
 
         def pause() -> None:
-            loop.remove_reader(claim.read_fd)
+            loop.remove_reader(fd)
 
         def resume() -> None:
             if not done:
-                loop.add_reader(claim.read_fd, on_readable)
+                loop.add_reader(fd, on_readable)
 
         resume()
         try:
-            await drain_backlog(pause, resume)
+            await self.drain(pause, resume)
         finally:
-            loop.remove_reader(claim.read_fd)
+            loop.remove_reader(fd)
 
-    async def read_in_task() -> None:
+    async def read_in_task(self) -> None:
         """Other event loops, and stdin that cannot be polled (a regular file)."""
         pending = b""
-        async with inbound_send:
-            while True:
-                chunk = await _read_chunk(claim.read_fd, claim.read_pollable)
-                lines, pending = _lines(pending, chunk)
-                for line in lines:
-                    if line.strip() and not take(line):
-                        await to_sdk(line)
-                if not chunk:
-                    await settle()
-                    return
 
-    async def reader() -> None:
+        async def feed() -> None:
+            nonlocal pending
+            while True:
+                chunk = await _read_chunk(self.claim.read_fd, self.claim.read_pollable)
+                lines, pending = _lines(pending, chunk)
+                self.accept(lines)
+                if not chunk:
+                    self.end_of_input()
+                    return
+                while self._backlog:  # back-pressure: read on once the SDK has taken the held lines
+                    await anyio.sleep(0.001)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(feed)
+            await self.drain(lambda: None, lambda: None)
+
+    async def run(self) -> None:
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # not asyncio (trio)
             on_asyncio = False
         else:
             on_asyncio = True
-        if claim.read_pollable and on_asyncio:
-            await read_on_loop()
+        if self.claim.read_pollable and on_asyncio:
+            await self.read_on_loop()
         else:
-            await read_in_task()
+            await self.read_in_task()
 
-    async def writer() -> None:
-        async with outbound_receive:
-            async for session_message in outbound_receive:
-                message = session_message.message
-                data = message.model_dump_json(by_alias=True, exclude_unset=True)
-                if direct is not None:
-                    direct.observe_outgoing(data)
-                await write_line(data.encode())
-                if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
-                    unanswered.discard(message.id)
 
+def _parse_error(request_id: Any, exc: Exception) -> bytes:
+    from .wire import INVALID_REQUEST, error_reply, valid_id
+
+    detail = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    return error_reply(request_id if valid_id(request_id) else None, INVALID_REQUEST,
+                       f"Invalid Request: not a valid MCP message ({detail})")
+
+
+@asynccontextmanager
+async def stdio_transport(front: Front) -> AsyncIterator[StdioConnection]:
+    """Serve fds 0/1 through ``front`` until the context ends; ``finished`` is set once
+    input has ended and every request received has been answered."""
+    claim = _Claim()
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(reader)
-            tg.start_soon(writer)
+            connection = StdioConnection(claim, front, tg)
+            front.bridge.send = connection._write_quietly
+            front.bridge.tg = tg
+            if front.direct is not None:
+                front.direct.attach(tg, connection._write_quietly)
+            tg.start_soon(connection.run)
             try:
-                yield inbound, outbound
+                yield connection
             finally:
                 tg.cancel_scope.cancel()
     finally:

@@ -1,0 +1,135 @@
+"""The ``tools/list`` answer kept between starts, so a start answers it before importing.
+
+Building the listing needs the App (pydantic, every plugin) and the SDK's models:
+well over half a second, while an agent's client waits for ``tools/list`` before its
+first model request. The answer the SDK produced is kept in the CodeSpace state
+root (which the default policy hides from every workspace, so an agent cannot plant
+a listing), keyed by everything that chose it: the interpreter, the command line,
+the policy file's bytes and the CODESPACE_* environment. Alongside it go the size
+and modification time of every non-standard-library module the building process
+had loaded, and of every directory on ``sys.path`` (installing or removing a
+plugin changes its directory): one changed file and the copy is not used.
+
+Once the App is built the served listing is checked against the registry's tool
+names; a disagreement drops the copy (the next start rebuilds it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+KEEP = 32  # listings kept (one per workspace and configuration); the oldest go first
+
+
+def state_root() -> Path:
+    """As codespace.workspace.default_state_root (restated: that module imports pydantic)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "codespace"
+
+
+def _key(workspace: str | None, policy: str | None, state_dir: str | None) -> str:
+    root = os.path.realpath(workspace or os.getcwd())
+    policy_path = policy or os.path.join(root, ".codespace", "policy.toml")
+    try:
+        with open(policy_path, "rb") as f:
+            policy_bytes = f.read()
+    except OSError:
+        policy_bytes = b""
+    parts = {
+        "format": FORMAT, "version": __version__, "python": sys.executable, "path": sys.path,
+        "root": root, "policy": policy_path, "policy_sha256": hashlib.sha256(policy_bytes).hexdigest(),
+        "state_dir": state_dir, "uid": os.geteuid(),
+        "env": sorted((k, v) for k, v in os.environ.items() if k.startswith("CODESPACE_")),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _stamp(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size]
+
+
+def _inputs() -> dict[str, list[int] | None]:
+    """The files whose change could change the listing: loaded modules outside the
+    standard library, and the import path's directories."""
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    files: dict[str, list[int] | None] = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and not (path.startswith(stdlib) and "site-packages" not in path):
+            files[path] = _stamp(path)
+    for entry in sys.path:
+        if entry and os.path.isdir(entry):
+            files[entry] = _stamp(entry)
+    return files
+
+
+class ListingCache:
+    def __init__(self, workspace: str | None, policy: str | None, state_dir: str | None) -> None:
+        self.path = state_root() / "listings" / f"{_key(workspace, policy, state_dir)}.json"
+
+    def load(self) -> tuple[bytes, list[str]] | None:
+        """The cached ``result`` bytes of a plain ``tools/list`` and the tool names, if still valid."""
+        try:
+            with open(self.path, "rb") as f:
+                saved = json.loads(f.read())
+            if saved.get("format") != FORMAT:
+                return None
+            for path, stamp in saved["inputs"].items():
+                if _stamp(path) != stamp:
+                    log.info("tool listing cache: %s changed; rebuilding the listing", path)
+                    return None
+            return saved["result"].encode("utf-8"), list(saved["names"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def save(self, result: bytes) -> None:
+        """Keep the SDK's answer (called once it has been written to the client)."""
+        try:
+            names = sorted(tool["name"] for tool in json.loads(result)["tools"])
+            record = {"format": FORMAT, "result": result.decode("utf-8"), "names": names, "inputs": _inputs()}
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(record, f)
+            os.replace(tmp, self.path)
+            self._prune()
+        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            log.info("tool listing cache not written (%s): the next start builds the listing again", exc)
+
+    def _prune(self) -> None:
+        entries = sorted(self.path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in entries[KEEP:]:
+            old.unlink(missing_ok=True)
+
+    def check(self, served_names: list[str], registry_names: list[str]) -> None:
+        if sorted(served_names) != sorted(registry_names):
+            log.warning("the cached tool listing named %s, the registry has %s: cache dropped",
+                        sorted(served_names), sorted(registry_names))
+            self.drop()
+
+    def drop(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def listed_names(result: bytes) -> list[str]:
+    data: Any = json.loads(result)
+    return [tool["name"] for tool in data["tools"]]

@@ -1,0 +1,89 @@
+"""``codespace serve`` over stdio: answer at once, build the App meanwhile, stop fast.
+
+The wire is served from the first instant (:mod:`.front`), while the App — policy,
+plugins, tools, store — is built on a worker thread; tool calls wait for it. The
+server stops on end of input (once every request received is answered), SIGINT or
+SIGTERM: sessions are terminated and the store closed, and the process then exits
+without the interpreter's module teardown, which would cost more than the rest of
+the shutdown (agents' clients send SIGINT, then SIGTERM 100 ms later, then kill).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+log = logging.getLogger(__name__)
+
+ENV_DIRECT = "CODESPACE_DIRECT_CALLS"  # "0": every request through the SDK (the reference path)
+ENV_LISTING_CACHE = "CODESPACE_LISTING_CACHE"  # "0": build the listing at every start
+
+
+async def _watch_signals(scope: anyio.CancelScope, caught: list[int]) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("signal %d: shutting down", signum)
+            caught.append(signum)
+            scope.cancel()
+            break
+    # The shutdown is under way and short: a client's follow-up signal (SIGTERM 100 ms
+    # after SIGINT) must not cut it off with the store half closed. (Set after the
+    # receiver is closed: closing it restores the default dispositions.)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+async def serve(workspace: str | None, policy: str | None, state_dir: str | None, caught: list[int]) -> None:
+    from .bridge import SdkBridge
+    from .direct import DirectToolCalls
+    from .front import Front
+    from .listing import ListingCache
+    from .stdio import stdio_transport
+
+    fast = os.environ.get(ENV_DIRECT, "1") != "0"
+    ready = anyio.Event()
+    direct = DirectToolCalls(ready) if fast else None
+    built: dict[str, Any] = {}
+
+    def sdk_server() -> Any:
+        from ..server import build_server
+
+        return build_server(built["app"], transport="stdio", run_app=False)
+
+    def build_app() -> Any:
+        from ..app import App
+
+        return App.build(workspace, policy=policy, state_dir=state_dir)
+
+    bridge = SdkBridge(None, ready, sdk_server, split_eras=fast)  # type: ignore[arg-type]
+    cached = fast and os.environ.get(ENV_LISTING_CACHE, "1") != "0"
+    front = Front(direct, bridge, ListingCache(workspace, policy, state_dir) if cached else None)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_watch_signals, tg.cancel_scope, caught)
+        async with stdio_transport(front) as connection:
+            app = await anyio.to_thread.run_sync(build_app, abandon_on_cancel=True)
+            built["app"] = app
+            if direct is not None:
+                direct.app = app
+            front.check_listing([tool.name for tool in app.registry])
+            async with app.running():
+                ready.set()
+                await connection.finished.wait()
+        tg.cancel_scope.cancel()
+
+
+def run(workspace: str | None, policy: str | None, state_dir: str | None) -> int:
+    caught: list[int] = []
+    anyio.run(serve, workspace, policy, state_dir, caught)
+    code = 128 + caught[0] if caught else 0
+    # Everything that needed closing is closed (sessions, store, the wire); the
+    # interpreter's teardown of a few hundred modules would only delay the exit.
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(code)

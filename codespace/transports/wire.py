@@ -1,0 +1,125 @@
+"""JSON-RPC framing shared by the stdio front and the SDK bridge, without the SDK.
+
+Everything here is on the server-ready path, so it imports nothing heavier than
+``json``: the protocol constants the SDK also defines are restated (a test checks
+they agree with ``mcp_types``), and the pydantic-core encoder is loaded on first
+use, by which time the App has imported pydantic anyway.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .. import __version__
+
+HANDSHAKE_PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_PROTOCOL_VERSIONS = ("2026-07-28",)
+LATEST_HANDSHAKE_VERSION = HANDSHAKE_PROTOCOL_VERSIONS[-1]
+PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+SERVER_INFO_META_KEY = "io.modelcontextprotocol/serverInfo"
+CLIENT_INFO_META_KEY = "io.modelcontextprotocol/clientInfo"
+
+SERVER_NAME = "codespace"
+SERVER_TITLE = "CodeSpace"
+INSTRUCTIONS = (
+    "CodeSpace executes in a governed workspace. Call workspace_info first: it shows the root (relative paths "
+    "resolve against it), what is readable or writable, command rules and limits. Side-effecting tools accept "
+    "operation_id: retrying with the same id returns the stored result instead of running twice. Refusals name "
+    "the policy rule that applied."
+)
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+
+MAX_DEPTH = 64
+"""How deeply a message may nest. No MCP message we serve needs more than a dozen levels;
+deeper ones are refused before anything recursive (validation, the store's JSON) sees them."""
+
+
+def server_info() -> dict[str, Any]:
+    return {"name": SERVER_NAME, "title": SERVER_TITLE, "version": __version__}
+
+
+def negotiate(requested: Any) -> str:
+    """The version an ``initialize`` answer settles on, as the SDK picks it."""
+    return requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """Compact JSON, as the SDK writes it. pydantic-core's encoder is about four times faster
+    than json.dumps for a listing's answer and writes the same bytes; a lone surrogate (which
+    UTF-8 cannot carry) falls back to \\u escapes."""
+    from pydantic_core import PydanticSerializationError, to_json
+
+    try:
+        return to_json(message)
+    except PydanticSerializationError:
+        return json.dumps(message, separators=(",", ":")).encode("ascii")
+
+
+def error_reply(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error},
+                      separators=(",", ":")).encode("ascii")
+
+
+class BadMessage(Exception):
+    """A line that gets a JSON-RPC error instead of being served."""
+
+    def __init__(self, reply: bytes) -> None:
+        super().__init__(reply)
+        self.reply = reply
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((child, depth + 1) for child in node.values() if isinstance(child, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend((child, depth + 1) for child in node if isinstance(child, (dict, list)))
+    return False
+
+
+def valid_id(value: Any) -> bool:
+    """JSON-RPC ids are strings or numbers (MCP: integers); bool is not a number here."""
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def parse(line: bytes) -> dict[str, Any]:
+    """One JSON-RPC message, or :class:`BadMessage` carrying the error reply to send.
+
+    Deep nesting is refused here, never passed on: Python's and pydantic's parsers and
+    validators recurse, and a RecursionError escaping a transport ends the server."""
+    try:
+        message = json.loads(line)
+    except RecursionError:
+        raise BadMessage(error_reply(None, INVALID_REQUEST, f"Invalid Request: the message nests deeper than "
+                                     f"{MAX_DEPTH} levels; flatten the arguments")) from None
+    except ValueError:
+        raise BadMessage(error_reply(None, PARSE_ERROR, "Parse error: the line is not valid JSON")) from None
+    if line.count(b"[") + line.count(b"{") > MAX_DEPTH and _depth_exceeds(message, MAX_DEPTH):
+        request_id = message.get("id") if isinstance(message, dict) and valid_id(message.get("id")) else None
+        raise BadMessage(error_reply(request_id, INVALID_REQUEST, f"Invalid Request: the message nests deeper "
+                                     f"than {MAX_DEPTH} levels; flatten the arguments"))
+    if isinstance(message, list):
+        raise BadMessage(error_reply(None, INVALID_REQUEST, "Invalid Request: batches are not part of MCP; "
+                                     "send one JSON-RPC message per line"))
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        raise BadMessage(error_reply(None, INVALID_REQUEST,
+                                     "Invalid Request: not a JSON-RPC 2.0 message (an object with \"jsonrpc\": \"2.0\")"))
+    if "id" in message and not valid_id(message["id"]) and message["id"] is not None:
+        if "method" in message:
+            raise BadMessage(error_reply(None, INVALID_REQUEST, "Invalid Request: \"id\" must be a string or an "
+                                         f"integer, not {type(message['id']).__name__}"))
+        raise BadMessage(b"")  # a response with an id we never sent: nothing to answer
+    method = message.get("method")
+    if "method" in message and not isinstance(method, str):
+        request_id = message.get("id") if valid_id(message.get("id")) else None
+        raise BadMessage(error_reply(request_id, INVALID_REQUEST, "Invalid Request: \"method\" must be a string"))
+    return message
