@@ -7,8 +7,8 @@ root (which the default policy hides from every workspace, so an agent cannot pl
 a listing), keyed by everything that chose it: the interpreter, the command line,
 the policy file's bytes and the CODESPACE_* environment. Alongside it go the size
 and modification time of every non-standard-library module the building process
-had loaded, and of every directory on ``sys.path`` (installing or removing a
-plugin changes its directory): one changed file and the copy is not used.
+had loaded, and of every site directory on ``sys.path`` (installing or removing a
+plugin changes it): one changed file and the copy is not used.
 
 Once the App is built the served listing is checked against the registry's tool
 names; a disagreement drops the copy (the next start rebuilds it).
@@ -73,9 +73,19 @@ def _inputs() -> dict[str, list[int] | None]:
         if isinstance(path, str) and not (path.startswith(stdlib) and "site-packages" not in path):
             files[path] = _stamp(path)
     for entry in sys.path:
-        if entry and os.path.isdir(entry):
+        if entry and _holds_distributions(entry):
             files[entry] = _stamp(entry)
     return files
+
+
+def _holds_distributions(directory: str) -> bool:
+    """A site directory (installing or removing a plugin changes it), not the current
+    directory or a source tree that ``python -m`` put on the path, which change whenever
+    a file is written there."""
+    try:
+        return any(name.endswith((".dist-info", ".egg-info", ".pth")) for name in os.listdir(directory))
+    except OSError:
+        return False
 
 
 class ListingCache:
