@@ -26,7 +26,8 @@ ENVELOPE = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 
 
 def serve_lines(tmp_path: Path, name: str, lines: list, *, direct: str = "1", state_home: Path | None = None,
-                extra_env: dict[str, str] | None = None, python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+                extra_env: dict[str, str] | None = None, python_flags: tuple[str, ...] = (),
+                cwd: Path | None = None) -> subprocess.CompletedProcess:
     """One server, fed ``lines`` in a single write and then end of input."""
     ws = tmp_path / f"ws-{name}"
     ws.mkdir(exist_ok=True)
@@ -35,7 +36,8 @@ def serve_lines(tmp_path: Path, name: str, lines: list, *, direct: str = "1", st
                             "XDG_STATE_HOME": str(state_home or tmp_path / f"xdg-{name}"), **(extra_env or {})})
     cmd = codespace_cmd()
     return subprocess.run([cmd[0], *python_flags, *cmd[1:], "serve", "--workspace", str(ws), "--state-dir",
-                           str(tmp_path / f"state-{name}")], input=wire, capture_output=True, timeout=90, env=env)
+                           str(tmp_path / f"state-{name}")], input=wire, capture_output=True, timeout=90, env=env,
+                          cwd=cwd)
 
 
 def replies(done: subprocess.CompletedProcess) -> dict:
@@ -253,9 +255,12 @@ def test_a_warm_start_answers_without_importing_the_sdk(tmp_path):
     shared = tmp_path / "xdg"
     session = [INIT, INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
                {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "tally", "arguments": {}}}]
-    cold = serve_lines(tmp_path, "imports", session, state_home=shared, python_flags=("-X", "importtime"))
+    here = tmp_path / "cwd"  # python -m puts the current directory on sys.path; agents write there
+    here.mkdir()
+    cold = serve_lines(tmp_path, "imports", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
     assert re.search(rb"\| +mcp\b", cold.stderr), "the cold start should have asked the SDK for the listing"
-    warm = serve_lines(tmp_path, "imports", session, state_home=shared, python_flags=("-X", "importtime"))
+    (here / "notes.txt").write_text("a file the agent wrote\n")
+    warm = serve_lines(tmp_path, "imports", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
     assert replies(warm)[2] == replies(cold)[2]
     imported = re.findall(rb"\| +([\w.]+)\n", warm.stderr)
     assert imported, "no import times captured"
