@@ -28,8 +28,9 @@ from scripted_model import Call, ScriptedModel, Say, Search  # noqa: E402
 
 KEY_ENV = "CODESPACE_SCRIPTED_MODEL_KEY"
 # What keeps Codex on loopback and quiet, besides the scripted provider: no analytics or
-# feedback upload, no OpenTelemetry export, no update check, no plugins or apps (they sync
-# from chatgpt.com), no prompt history on disk.
+# feedback upload, no OpenTelemetry export, no update check, no plugins or apps (with them on,
+# 0.171.0 runs git against github.com/openai/plugins and connects to api.github.com and
+# chatgpt.com at start), no prompt history on disk.
 ISOLATION: dict[str, Any] = {
     "check_for_update_on_startup": False,
     "analytics": {"enabled": False},

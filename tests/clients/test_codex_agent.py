@@ -156,6 +156,8 @@ def run_codex(codex: Path, tmp: Path, steps: list[dict[str, Any]], config: dict[
     (tmp / "ws").mkdir(exist_ok=True)
     spec = {"codex": str(codex), "codex_home": str(tmp / "codex-home"), "workspace": str(tmp / "ws"),
             "prompt": "Work in the CodeSpace workspace.", "config": config, "steps": steps, **extra}
+    # Codex's HTTP client logs each new connection at debug: the test reads where it went.
+    spec["env"] = {"RUST_LOG": "warn,reqwest::connect=debug", **spec.get("env", {})}
     (tmp / "spec.json").write_text(json.dumps(spec))
     cmd = [*network_wrapper(), sys.executable, str(HERE / "codex_run.py"), str(tmp / "spec.json"),
            str(tmp / "result.json")]
@@ -167,6 +169,14 @@ def run_codex(codex: Path, tmp: Path, steps: list[dict[str, Any]], config: dict[
         print(f"--- {call_id}\n{text[:1500]}")
     print("--- codex stderr (tail)\n" + result["stderr"][-3000:])
     return result
+
+
+def assert_loopback_only(log: str) -> None:
+    """Codex opened connections to loopback only and tried no plugin sync (which runs git against
+    github.com when plugins are on); in the namespace anything else would fail, here it must not be tried."""
+    targets = re.findall(r"starting new connection: (\S+)", log)
+    assert targets and all(t.startswith("http://127.0.0.1:") for t in targets), targets
+    assert "plugin sync" not in log, [line for line in log.splitlines() if "plugin sync" in line]
 
 
 def search(call_id: str, query: str) -> dict[str, Any]:
@@ -213,6 +223,7 @@ def test_codex_drives_codespace(codex: Path, tmp_path: Path) -> None:
 
     assert result["code"] == 0, result["stderr"][-2000:]
     assert all(r["path"].endswith("/responses") for r in result["requests"]), "Codex asked the model host for more"
+    assert_loopback_only(result["stderr"])
     offered = first_request_tools(result)
     assert "tool_search" in offered and "exec_command" not in offered and "web_search" not in offered, offered
     for i, (query, tool) in enumerate(SEARCHES):
@@ -306,5 +317,6 @@ def test_codex_over_streamable_http(codex: Path, tmp_path: Path) -> None:
     result = run_codex(codex, tmp_path, steps, config, background=[server], wait_for=[url],
                        env={table["bearer_token_env_var"]: token})
     assert result["code"] == 0, result["stderr"][-2000:]
+    assert_loopback_only(result["stderr"])
     assert "over http" in result["shown"]["read"]
     assert (tmp_path / "ws" / "h.txt").read_text() == "over http\n"
