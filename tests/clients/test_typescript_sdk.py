@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import codespace_cmd
+from ..servers import UNPRIVILEGED, make_dir, serve_params, shared_tmp
 
 SCRIPT = Path(__file__).with_name("ts_client.cjs")
 PACKAGES = {"sdk1": "@modelcontextprotocol/sdk", "client2": "@modelcontextprotocol/client"}
@@ -107,3 +108,20 @@ def test_every_tool_through_the_official_typescript_client(ws, state, sdk, trans
     # The built-in tools, each called (the script checks that it called every listed tool).
     assert {"exec", "apply_patch", "read_file", "write_file", "get_operation"} <= set(report["tools"])
     assert report["ok"] > 200
+
+
+def test_every_tool_with_the_server_as_an_unprivileged_user():
+    """The same run over stdio with the server as uid 1000 (CI is root; a user's server is not)."""
+    node, modules = _require("sdk1")
+    base = shared_tmp("cs-ts-user-", UNPRIVILEGED)
+    ws, home = make_dir(base / "ws", UNPRIVILEGED), make_dir(base / "home", UNPRIVILEGED)
+    try:
+        params = serve_params(ws, base / "state", home, uid=UNPRIVILEGED)
+        report = _run(node, modules, {
+            "CS_SDK": "sdk1", "CS_TRANSPORT": "stdio", "CS_WORKSPACE": str(ws),
+            "CS_SERVER_CMD": json.dumps([params.command, *params.args]), "CS_SERVER_ENV": json.dumps(params.env),
+        })
+        assert report["ok"] > 200
+        assert (ws / "src" / "pkg").stat().st_uid == UNPRIVILEGED  # made by the server, as that user
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -9,7 +9,8 @@
 // Environment:
 //   CS_NODE_MODULES  directory holding @modelcontextprotocol/sdk (1.x) and/or @modelcontextprotocol/client (2.x)
 //   CS_SDK           "sdk1" or "client2"
-//   CS_TRANSPORT     "stdio" (CS_SERVER_CMD: the server's argv as JSON) or "http" (CS_URL, CS_TOKEN)
+//   CS_TRANSPORT     "stdio" (CS_SERVER_CMD: the server's argv as JSON; CS_SERVER_ENV: its environment as
+//                    JSON, default this one's) or "http" (CS_URL, CS_TOKEN)
 //   CS_WORKSPACE     the workspace root the server serves
 // Prints one JSON line {"ok": n, "failed": [...], "tools": [...]} and exits 1 when a check failed.
 "use strict";
@@ -228,7 +229,8 @@ async function main() {
   let transport;
   if (TRANSPORT === "stdio") {
     const argv = JSON.parse(need("CS_SERVER_CMD"));
-    transport = new Stdio({ command: argv[0], args: argv.slice(1), env: { ...process.env }, stderr: "inherit" });
+    const env = process.env.CS_SERVER_ENV ? JSON.parse(process.env.CS_SERVER_ENV) : { ...process.env };
+    transport = new Stdio({ command: argv[0], args: argv.slice(1), env, stderr: "inherit" });
   } else {
     transport = new Http(new URL(need("CS_URL")),
       { requestInit: { headers: { Authorization: `Bearer ${need("CS_TOKEN")}` } } });
