@@ -28,22 +28,27 @@ from .servers import UNPRIVILEGED, make_dir, serve_params, shared_tmp
 pytestmark = pytest.mark.anyio
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # runnable by any user
-ESCAPERS = {
-    "double_fork": "(sh -c 'trap \"\" TERM HUP; echo $$ > double_fork.pid; exec sleep 300' &) ;",
-    "setsid": "setsid -f sh -c 'trap \"\" TERM HUP; echo $$ > setsid.pid; exec sleep 300';",
-    "daemon_python": (
-        f"{PY} -I -S -c '"
+
+
+def _escapers_script(token: str) -> str:
+    """A command starting four escapers, each with ``token`` and its index in its argv (found
+    through /proc on the host, so a PID namespace's numbering does not matter), then waiting."""
+    return " ".join([
+        f"(sh -c 'trap \"\" TERM HUP; exec sleep 300.{token}0' &) ;",  # double fork
+        f"setsid -f sh -c 'trap \"\" TERM HUP; exec sleep 300.{token}1';",
+        f"{PY} -I -S -c '"  # a daemonising Python: fork, setsid, fork, signals ignored
         "import os, signal, time\n"
         "if os.fork(): os._exit(0)\n"
         "os.setsid()\n"
         "if os.fork(): os._exit(0)\n"
         "[signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)]\n"
-        "open(\"daemon_python.pid\", \"w\").write(str(os.getpid()))\n"
-        "time.sleep(300)' ;"
-    ),
-    "ignores_signals": "sh -c 'trap \"\" TERM HUP INT; echo $$ > ignores_signals.pid; while :; do sleep 1; done' & ",
-}
-SCRIPT = " ".join(ESCAPERS.values()) + " echo started; exec sleep 300"
+        f"time.sleep(300)' {token}2 ;",
+        f"sh -c 'trap \"\" TERM HUP INT; : {token}3; while :; do sleep 1; done' & ",
+        "echo started; exec sleep 300",
+    ])
+
+
+NAMES = ("double_fork", "setsid", "daemon_python", "ignores_signals")
 
 
 def _alive(pid: int) -> bool:
@@ -54,19 +59,31 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _escapers(ws: Path) -> dict[str, int]:
+def _find(token: str) -> dict[str, int]:
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        for i, name in enumerate(NAMES):
+            # The leader (and any wrapper around it) holds the whole script: "echo started" too.
+            if f"{token}{i}" in argv and "echo started" not in argv and _alive(int(entry)):
+                found.setdefault(name, int(entry))
+    return found
+
+
+def _escapers(token: str) -> dict[str, int]:
     deadline = time.monotonic() + 20
+    found: dict[str, int] = {}
     while time.monotonic() < deadline:
-        found = {}
-        for name in ESCAPERS:
-            try:
-                found[name] = int((ws / f"{name}.pid").read_text())
-            except (OSError, ValueError):
-                break
-        if len(found) == len(ESCAPERS):
+        found = _find(token)
+        if len(found) == len(NAMES):
             return found
         time.sleep(0.05)
-    raise AssertionError(f"the escapers did not all start: {sorted(p.name for p in ws.iterdir())}")
+    raise AssertionError(f"the escapers did not all start: {found}")
 
 
 async def _gone(pids: dict[str, int], within: float = 8.0) -> dict[str, int]:
@@ -140,31 +157,50 @@ def _setup(name: str):
             yield UNPRIVILEGED, prefix, {}, "cgroup"
 
 
-def _dirs(uid: int | None) -> tuple[Path, Path, Path, Path]:
+def _dirs(uid: int | None, sandbox: str) -> tuple[Path, Path, Path, Path, Path]:
     base = shared_tmp("cs-escape-", uid)
     ws, state, home = (make_dir(base / n, uid) for n in ("ws", "state", "home"))
     policy = base / "policy.toml"
-    policy.write_text('[sandbox]\nmode = "off"\n')
-    return base, ws, state, home, policy  # type: ignore[return-value]
+    if sandbox == "off":
+        policy.write_text('[sandbox]\nmode = "off"\n')
+    else:
+        policy.write_text(f'[sandbox]\nmode = "required"\nengine = "{sandbox}"\n')
+    return base, ws, state, home, policy
 
 
-@pytest.mark.parametrize("setup", SETUPS)
+def _engine_works(engine: str) -> bool:
+    from codespace import kernel
+
+    if engine == "bubblewrap":
+        return kernel.bubblewrap().ok and kernel.user_namespaces().ok
+    return kernel.landlock_abi().ok
+
+
+CASES = [(setup, "off") for setup in SETUPS] + [
+    (setup, engine) for setup in ("root-cgroup", "user-keeper") for engine in ("bubblewrap", "landlock")
+]
+
+
+@pytest.mark.parametrize(("setup", "sandbox"), CASES, ids=[f"{a}-sandbox_{b}" for a, b in CASES])
 @pytest.mark.parametrize("ending", ["terminate", "timeout", "kill9_restart"])
-async def test_no_process_survives(setup, ending):
+async def test_no_process_survives(setup, sandbox, ending):
+    if sandbox != "off" and not _engine_works(sandbox):
+        pytest.skip(f"the {sandbox} engine does not work here")
     with _setup(setup) as (uid, prefix, env, mechanism):
-        base, ws, state, home, policy = _dirs(uid)
+        base, ws, state, home, policy = _dirs(uid, sandbox)
         params = serve_params(ws, state, home, uid=uid, policy=policy, prefix=prefix, **env)
         pids: dict[str, int] = {}
         try:
             async with Client(params) as client:
                 info = await call_ok(client, "workspace_info")
                 assert info["sandbox"]["process_tracking"]["mechanism"] == mechanism, info["sandbox"]
-                args = {"command": SCRIPT, "yield_ms": 500}
+                token = str(secrets.randbelow(10**8)).zfill(8)
+                args = {"command": _escapers_script(token), "yield_ms": 500}
                 if ending == "timeout":
                     args["timeout_ms"] = 3000
                 started = await call_ok(client, "exec", args)
                 assert started["running"] and "started" in started["output"], (started["output"], started.get("note"))
-                pids = _escapers(ws)
+                pids = _escapers(token)
                 pids["leader"] = started["pid"]
                 assert all(_alive(p) for p in pids.values())
                 if ending == "terminate":

@@ -209,7 +209,7 @@ class ProcessRegistry:
             timeout_s=timeout_s,
             on_finish=self._finished,
             group=group,
-            keeper=not fast and group is None,
+            keeper=fast or group is None,  # the sandbox's fast-path helper is a subreaper too
         )
         self._sessions[session.id] = session
         if sandbox is not None and callable(getattr(sandbox[0], "command_ended", None)):

@@ -100,7 +100,9 @@ class Session:
     ended_at: float | None = None
     on_finish: Callable[[Session], Awaitable[None]] | None = None
     group: Any = None  # the command's cgroup (a Path), when processes are tracked by cgroup
-    keeper: bool = False  # the leader is a keeper (a subreaper holding every descendant)
+    # The leader is a subreaper holding every descendant (the keeper, or a sandbox helper):
+    # a SIGKILL goes to its descendants first, since once it is dead they would go to init.
+    keeper: bool = False
     _activity: anyio.Event = field(default_factory=anyio.Event)
     _last_output: float = 0.0
 
