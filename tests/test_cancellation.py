@@ -4,6 +4,7 @@ same operation_id replays that instead of starting the command again or finding 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -78,3 +79,34 @@ async def test_an_exec_that_returned_a_session_is_not_touched_by_a_late_cancel(a
         assert replay["replayed"] is True and replay["session_id"] == out["session_id"]
         assert _running_marked()
         await call_ok(client, "terminate", {"session_id": out["session_id"], "signal": "KILL", "grace_ms": 0})
+
+
+async def test_a_dropped_http_connection_is_not_a_cancellation(ws, state):
+    """The client's connection goes away mid-call without notifications/cancelled: the command runs
+    on, and a retry with the same operation_id waits for the call and gets its session."""
+    import httpx2
+
+    from .test_transports import HEADERS, INIT, http_server
+
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "exec", "arguments": {
+        "command": f"touch started; exec sleep {MARK}", "yield_ms": 3000, "operation_id": "cx-drop"}}}
+    with http_server(ws, state) as (url, _):
+        headers = {**HEADERS, "Authorization": f"Bearer {(state / 'http-token').read_text().strip()}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            init = await http.post(url, json=INIT, headers=headers)
+            headers |= {"Mcp-Session-Id": init.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        async with httpx2.AsyncClient(timeout=0.5) as dropping:
+            with pytest.raises(httpx2.TimeoutException):
+                await dropping.post(url, json=call, headers=headers)
+        assert (ws / "started").exists() and _running_marked(), "the command did not run on"
+        async with httpx2.AsyncClient(timeout=30) as http:
+            retry = await http.post(url, json={**call, "id": 3}, headers=headers)
+            data = next(json.loads(line[5:]) for line in retry.text.splitlines() if line.startswith("data:"))
+        result = data["result"]["structuredContent"]
+        assert result["replayed"] is True and result["running"] is True and result["session_id"]
+        assert _running_marked()
+    deadline = time.monotonic() + 5
+    while _running_marked() and time.monotonic() < deadline:
+        await anyio.sleep(0.05)  # the server's shutdown ends its sessions
+    assert _running_marked() == []
