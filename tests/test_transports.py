@@ -205,6 +205,15 @@ async def test_http_answers_hostile_bodies_with_json_rpc_errors(ws, state):
                 assert refused.json()["id"] is None and error["code"] == -32600 and needle in error["message"]
             ok = await http.post(url, json=INIT, headers=auth)
             assert ok.status_code == 200
+            session = {**auth, "mcp-session-id": ok.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            odd = await http.post(url, headers=session, content=json.dumps({
+                "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "tally", "arguments": {"name": "w\udcff"}}}).encode())
+            assert odd.status_code == 200, odd.text  # the SDK alone: 400, a bare parse error
+            result = odd.json()["result"]
+            assert result["isError"] is True and result["_meta"]["codespace/error"]["code"] == "invalid_arguments"
+            assert "argument 'name' holds a lone surrogate" in result["content"][0]["text"]
 
 
 async def test_http_token_from_file_and_loopback_only(ws, state, tmp_path):

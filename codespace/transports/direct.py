@@ -148,13 +148,18 @@ class DirectToolCalls:
                 self._running.pop(request_id, None)
         if scope.cancelled_caught:
             return  # the client cancelled: JSON-RPC sends no response
-        result: dict[str, Any] = {"content": [{"text": outcome.text, "type": "text"}], "isError": outcome.is_error}
-        if outcome.structured is not None:
-            result["structuredContent"] = outcome.structured
-        meta = outcome.meta  # an error's machine-readable form (errors carry no structuredContent)
-        if meta is not None:
-            result["_meta"] = meta
-        if modern:
-            result["resultType"] = "complete"
-            result["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: server_info()}
-        await send(_encode({"jsonrpc": "2.0", "id": request_id, "result": result}))
+        await send(_encode({"jsonrpc": "2.0", "id": request_id, "result": tool_result(outcome, modern)}))
+
+
+def tool_result(outcome: Any, modern: bool) -> dict[str, Any]:
+    """A gateway outcome as the SDK would send it (a test compares the two)."""
+    result: dict[str, Any] = {"content": [{"text": outcome.text, "type": "text"}], "isError": outcome.is_error}
+    if outcome.structured is not None:
+        result["structuredContent"] = outcome.structured
+    meta = outcome.meta  # an error's machine-readable form (errors carry no structuredContent)
+    if meta is not None:
+        result["_meta"] = meta
+    if modern:
+        result["resultType"] = "complete"
+        result["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: server_info()}
+    return result

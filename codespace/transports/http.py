@@ -22,8 +22,10 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ..app import App
 from ..server import build_server
+from ..surrogates import find_lone_surrogate
 from ..workspace import WorkspaceError
-from .wire import BadMessage, parse
+from .direct import tool_result
+from .wire import MODERN_PROTOCOL_VERSIONS, PROTOCOL_VERSION_META_KEY, BadMessage, encode, parse
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +116,30 @@ class BearerTokenGate:
 class JsonRpcPrecheck:
     """ASGI middleware: a POSTed message the stdio front would refuse (nested too deep,
     an object as id, a batch, not JSON-RPC) gets the same JSON-RPC error with status 400,
-    before the SDK sees it (it leaves an object id unanswered)."""
+    before the SDK sees it (it leaves an object id unanswered). A tool call whose
+    arguments hold a lone surrogate, which the SDK's parser refuses as a bare parse error,
+    gets the gateway's answer naming the argument, as over stdio."""
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, app: Any, limit: int, codespace: App) -> None:
         self.app = app
         self._limit = limit
+        self._codespace = codespace
+
+    async def _surrogate_call(self, message: dict[str, Any], send: Any) -> bool:
+        params = message.get("params")
+        if message.get("method") != "tools/call" or not isinstance(params, dict) or "id" not in message:
+            return False
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, dict) or find_lone_surrogate(arguments) is None:
+            return False
+        outcome = await self._codespace.gateway.call(name, arguments, client="http")  # refused before any work
+        meta = params.get("_meta")
+        modern = isinstance(meta, dict) and meta.get(PROTOCOL_VERSION_META_KEY) in MODERN_PROTOCOL_VERSIONS
+        body = encode({"jsonrpc": "2.0", "id": message["id"], "result": tool_result(outcome, modern)})
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+        return True
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
@@ -138,12 +159,15 @@ class JsonRpcPrecheck:
         body = b"".join(chunks)
         if size <= self._limit:
             try:
-                parse(body)
+                message = parse(body)
             except BadMessage as bad:
                 if bad.reply:
                     await send({"type": "http.response.start", "status": 400, "headers": [
                         (b"content-type", b"application/json"), (b"content-length", str(len(bad.reply)).encode())]})
                     await send({"type": "http.response.body", "body": bad.reply})
+                    return
+            else:
+                if await self._surrogate_call(message, send):
                     return
         await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": size > self._limit}],
                                       receive), send)
@@ -191,7 +215,7 @@ def asgi_app(app: App, port: int, token: str) -> Any:
         # gateway and gets a refusal that names the rule instead of a bare 413.
         max_request_body_size=limit * 2 + 65536,
     )
-    return BearerTokenGate(JsonRpcPrecheck(starlette_app, limit * 2 + 65536), token)
+    return BearerTokenGate(JsonRpcPrecheck(starlette_app, limit * 2 + 65536, app), token)
 
 
 async def serve_http(app: App, sock: socket.socket, token: str, where: str) -> None:
