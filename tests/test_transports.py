@@ -214,6 +214,10 @@ async def test_http_answers_hostile_bodies_with_json_rpc_errors(ws, state):
             result = odd.json()["result"]
             assert result["isError"] is True and result["_meta"]["codespace/error"]["code"] == "invalid_arguments"
             assert "argument 'name' holds a lone surrogate" in result["content"][0]["text"]
+            nameless = await http.post(url, headers=session, json={"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                                                                   "params": {"arguments": {}}})
+            error = json.loads(nameless.text.split("data: ", 1)[1]) if "data: " in nameless.text else nameless.json()
+            assert error["error"]["code"] == -32602 and "params.name: Field required" in error["error"]["data"]
 
 
 async def test_http_token_from_file_and_loopback_only(ws, state, tmp_path):

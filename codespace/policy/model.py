@@ -170,9 +170,9 @@ class NetworkPolicy(_Strict):
     """Relay UDP through the proxy's SOCKS5 (UDP ASSOCIATE), each datagram's destination judged
     like a connection's. Off: UDP ASSOCIATE is refused (reply 7)."""
     allow_unix_sockets: list[str] = Field(default_factory=list)
-    """Host Unix sockets (absolute paths, or ``~/...``) sandboxed commands may connect to while
+    """Host Unix sockets (absolute paths, or ``~/...``) sandboxed commands may connect() to while
     the network is off; every other socket outside the sandbox stays unreachable. The sandbox
-    reports in ``cannot_enforce`` when its engine cannot grant them."""
+    reports how they are reached (and what that cannot enforce) in ``cannot_enforce``."""
 
     @field_validator("allow_unix_sockets")
     @classmethod

@@ -169,8 +169,46 @@ class JsonRpcPrecheck:
             else:
                 if await self._surrogate_call(message, send):
                     return
+                send = _filling_invalid_params(send, message, scope)
         await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": size > self._limit}],
                                       receive), send)
+
+
+_EMPTY_INVALID_PARAMS = b'"code":-32602,"message":"Invalid request parameters","data":""'
+
+
+def _filling_invalid_params(send: Any, message: dict[str, Any], scope: dict[str, Any]) -> Any:
+    """``send`` that gives the SDK's -32602 (empty ``data``) a ``data`` saying what was wrong,
+    as over stdio."""
+    method, params = message.get("method"), message.get("params")
+    if not isinstance(method, str) or "id" not in message:
+        return send
+    headers = dict(scope.get("headers") or ())
+    held: list[dict[str, Any]] = []
+
+    async def filling(event: dict[str, Any]) -> None:
+        if event["type"] == "http.response.start":
+            held.append(event)
+            return
+        if event["type"] == "http.response.body" and _EMPTY_INVALID_PARAMS in event.get("body", b""):
+            from .bridge import describe_invalid_params
+
+            meta = params.get("_meta") if isinstance(params, dict) else None
+            stamped = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+            version = stamped or headers.get(b"mcp-protocol-version", b"").decode("latin-1") or None
+            initialized = stamped is not None or method == "initialize" or b"mcp-session-id" in headers
+            hint = describe_invalid_params(method, params, version, initialized)
+            filled = _EMPTY_INVALID_PARAMS[:-2] + json.dumps(hint).encode()
+            event = {**event, "body": event["body"].replace(_EMPTY_INVALID_PARAMS, filled)}
+            if held and not event.get("more_body"):
+                held[0] = {**held[0], "headers": [
+                    (k, str(len(event["body"])).encode() if k.lower() == b"content-length" else v)
+                    for k, v in held[0].get("headers", [])]}
+        while held:
+            await send(held.pop(0))
+        await send(event)
+
+    return filling
 
 
 def _replay(messages: list[dict[str, Any]], then: Any = None) -> Any:

@@ -175,6 +175,17 @@ def choose_engine(preference: str) -> EngineChoice:
     return choice
 
 
+def unix_socket_map(listed: tuple[str, ...]) -> dict[str, str]:
+    """network.allow_unix_sockets as the helper's broker takes it: each listed path, and its resolved
+    form, -> the resolved path (resolved here, once: the broker then follows no symbolic link)."""
+    out: dict[str, str] = {}
+    for entry in listed:
+        path = os.path.expanduser(entry)
+        resolved = os.path.realpath(path)
+        out[path] = out[resolved] = resolved
+    return out
+
+
 def _ensure_run_dir(path: Path) -> str:
     """A private 0700 directory: an existing one must be a real directory (not a link) of
     ours, and is reset to 0700 (upstream's rule for private socket directories)."""
@@ -266,6 +277,9 @@ class LinuxSandbox:
             # No network namespace: only TCP to this command's proxy port (Landlock) and no
             # other kind of socket (seccomp). Without a route, no network at all.
             mode = "proxy_tcp" if route is not None else "restricted"
+        sockets = unix_socket_map(self.allow_unix_sockets) if mode == "restricted" and layout.network == "off" else {}
+        if sockets:
+            mode = "restricted_unix"  # connect() goes to the helper's broker (unix_broker.py)
         if route is not None:
             port = route.port if choice.engine == "landlock" else SANDBOX_PROXY_PORT
             proxy = ProxyRoute(socket=route.path, port=port)
@@ -278,7 +292,7 @@ class LinuxSandbox:
                 # and the protected names found below each writable root's top (protected_scan)
                 protected=[*layout.protected, *self._protected.below(layout.writable, layout.protected_names,
                                                                      layout.deny_read)],
-                network=layout.network, proxy=proxy,
+                network=layout.network, proxy=proxy, allow_unix_sockets=sockets,
             ),
             options=Options(
                 seccomp=mode,

@@ -103,7 +103,7 @@ def check_links(policy: dict) -> None:
 
 def _terminal(handshake: dict) -> str:
     """The host pty the command runs on (its stdin), if any and if seccomp denies TIOCSTI."""
-    if handshake["options"]["seccomp"] == "none" or not posix.isatty(0):
+    if handshake["options"].get("seccomp", "none") == "none" or not posix.isatty(0):
         return ""
     try:
         name = posix.ttyname(0)

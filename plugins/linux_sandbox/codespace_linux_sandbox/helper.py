@@ -79,10 +79,19 @@ def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool) -> int:
 
         proxy_route.listen_inside(sandbox_pid, route["port"], registration)
 
+    command, pass_fds = hs["command"]["argv"], [] if seccomp_fd is None else [seccomp_fd]
+    sockets = hs["policy"].get("allow_unix_sockets")
+    if sockets:  # network.allow_unix_sockets: the shim adds the broker's filter inside, then execs
+        from . import unix_broker
+
+        ours, theirs = unix_broker.channel()
+        unix_broker.start(ours, sockets)
+        shim = __file__.rpartition("/")[0] + "/unix_shim.py"
+        command, pass_fds = [sys.executable, "-I", "-S", shim, str(theirs), "--", *command], [*pass_fds, theirs]
     try:
         with Placeholders(hs["options"]["run_dir"], plan.placeholders):
             code, received = supervise.run_bwrap(
-                bwrap, args_for, hs["command"]["argv"], [] if seccomp_fd is None else [seccomp_fd], harden,
+                bwrap, args_for, command, pass_fds, harden,
                 sandbox_ready=open_proxy_listener if route is not None else None,
                 own_session=not plan.terminal)  # a terminal's command keeps it as controlling tty
     except supervise.SandboxSetupError as exc:
@@ -107,6 +116,9 @@ def run(raw: bytes, seccomp_fd: int | None, *, hardened: bool = False) -> int:
     if hs["options"]["seccomp"] != "none" and seccomp_fd is None:
         return _fail(f"the policy needs the {hs['options']['seccomp']} seccomp filter but the server sent none "
                      "(no seccomp descriptor); refusing to run unfiltered")
+    if (hs["options"]["seccomp"] == "restricted_unix") != bool(hs["policy"].get("allow_unix_sockets")):
+        return _fail("handshake fields 'options.seccomp' = 'restricted_unix' and 'policy.allow_unix_sockets' go "
+                     "together (the filter leaves connect() to the broker of the listed sockets)")
     if hs["engine"] == "bubblewrap":
         return _run_bubblewrap(hs, seccomp_fd, hardened)
     if not hardened:

@@ -106,7 +106,8 @@ def _exec(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
     return 127, f"cannot run {program!r}: command not found"
 
 
-def _child(hs: dict, ruleset_fd: int, program: bytes | None, parent: int, env: dict[str, str]) -> None:
+def _child(hs: dict, ruleset_fd: int, program: bytes | None, parent: int, env: dict[str, str],
+           broker: int = -1) -> None:
     lib = _Libc()
     try:
         lib.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -122,6 +123,10 @@ def _child(hs: dict, ruleset_fd: int, program: bytes | None, parent: int, env: d
         os.close(ruleset_fd)
         if program is not None:
             install_seccomp(lib, program)
+        if broker >= 0:  # last: network.allow_unix_sockets (see unix_broker)
+            from . import unix_broker
+
+            unix_broker.install(broker)
     except (OSError, ValueError, landlock.LandlockError) as exc:
         os.write(2, f"codespace-linux-sandbox: cannot confine the command: {exc}\n".encode())
         os._exit(125)
@@ -229,11 +234,19 @@ def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, fail: Ca
                 arm_parent_death_deadline(kill_everything)
 
     me = os.getpid()
+    sockets = hs["policy"].get("allow_unix_sockets") or []
+    if sockets:
+        from . import unix_broker
+
+        ours, theirs = unix_broker.channel()
     signal.pthread_sigmask(signal.SIG_BLOCK, set(FORWARDED))
     child = os.fork()
     if child == 0:
-        _child(hs, ruleset, program, me, env)
+        _child(hs, ruleset, program, me, env, theirs if sockets else -1)
     os.close(ruleset)
+    if sockets:
+        os.close(theirs)
+        unix_broker.start(ours, sockets)
     for signum in FORWARDED:
         signal.signal(signum, on_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, set(FORWARDED))

@@ -48,9 +48,10 @@ BUBBLEWRAP_WITHOUT_PID_NAMESPACE = (
 def _common(unix_sockets: tuple[str, ...], walk_cut: list[str]) -> list[str]:
     out = []
     if unix_sockets:
-        out.append("network.allow_unix_sockets: no engine can grant the listed sockets yet ("
-                   + ", ".join(unix_sockets) + "); with the network off commands reach no Unix socket outside "
-                   "the sandbox, listed or not")
+        out.append("network.allow_unix_sockets (" + ", ".join(unix_sockets) + "): the helper connects to the "
+                   "listed sockets on the command's behalf, so their server sees the helper (the server's user) "
+                   "as the peer (SO_PEERCRED), not the command; only connect() is brokered: datagram sockets "
+                   "stay refused, and a listed path must not cross a symbolic link a command can change")
     for root in walk_cut:
         out.append(f"protected names below {root}: the walk that finds them stopped after its limit of directories; "
                    "ones in the rest of the tree are not read-only")

@@ -21,7 +21,7 @@ PROTOCOL_VERSION = 1
 
 Engine = Literal["bubblewrap", "landlock"]
 Network = Literal["off", "proxy", "on"]
-SeccompMode = Literal["restricted", "proxy_routed", "proxy_tcp", "vsock_restricted", "none"]
+SeccompMode = Literal["restricted", "restricted_unix", "proxy_routed", "proxy_tcp", "vsock_restricted", "none"]
 
 
 class _Model(BaseModel):
@@ -54,6 +54,12 @@ class Policy(_Model):
     protected: list[str] = Field(description="Absolute paths kept read-only (and uncreatable) inside writable roots.")
     network: Network
     proxy: ProxyRoute | None = None
+    allow_unix_sockets: dict[str, str] = Field(
+        default_factory=dict,
+        description="With the network off, the addresses a command may connect() to (the listed paths and "
+        "their resolved forms) -> the resolved host path the helper connects to on its behalf (seccomp mode "
+        "'restricted_unix').",
+    )
 
 
 class Command(_Model):
