@@ -221,7 +221,7 @@ class LinuxSandbox:
     """The workspace's :class:`.proxy.ProxyService` when network access is 'allowlist' and it runs."""
     zygote: Zygote = field(default=ZYGOTE)
     allow_unix_sockets: tuple[str, ...] = ()
-    """network.allow_unix_sockets: no engine can grant them yet (see unix_sockets in the README)."""
+    """network.allow_unix_sockets: reached through the helper's connect broker (:mod:`.unix_broker`)."""
     _run_dir: str | None = field(default=None, init=False)
     _protected: ProtectedScan = field(default_factory=ProtectedScan, init=False)
 

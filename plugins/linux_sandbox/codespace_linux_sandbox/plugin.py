@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 def codespace_sandbox(workspace):
     # Returned even when no engine works: the core's decision then names the reason
     # (info().detail) instead of "no sandbox plugin is installed".
-    return LinuxSandbox(preference=workspace.policy.sandbox.engine, state_dir=workspace.state_dir)
+    return LinuxSandbox(preference=workspace.policy.sandbox.engine, state_dir=workspace.state_dir,
+                        allow_unix_sockets=tuple(workspace.policy.network.allow_unix_sockets))
 
 
 def _warm_helper(sandbox: LinuxSandbox):
@@ -91,7 +92,8 @@ def _fast_path_check() -> Check:
 
 @hookimpl
 def codespace_doctor(workspace):
-    sandbox = LinuxSandbox(preference=workspace.policy.sandbox.engine, state_dir=workspace.state_dir)
+    sandbox = LinuxSandbox(preference=workspace.policy.sandbox.engine, state_dir=workspace.state_dir,
+                           allow_unix_sockets=tuple(workspace.policy.network.allow_unix_sockets))
     info = sandbox.info()
     abi = landlock_abi()
     bwrap = probe_bwrap()

@@ -137,3 +137,37 @@ def test_the_helper_refuses_a_mismatched_handshake(sandbox_env, sockets):
     os.write(write, seccomp.program(raw["options"]["seccomp"]))
     os.close(write)
     assert helper.run(json.dumps(raw).encode(), read) == 125
+
+
+@pytest.fixture
+def listed_socket(tmp_path_factory):
+    where = tmp_path_factory.mktemp("listed")
+    os.chmod(where, 0o755)
+    seen: list[str] = []
+    server = _serve(str(where / "agent.sock"), seen, "listed")
+    yield str(where / "agent.sock"), seen
+    server.close()
+
+
+@pytest.mark.anyio
+async def test_the_policy_knob_reaches_the_sandbox(base, engine, mode, listed_socket):
+    """[network] allow_unix_sockets in the policy file, through a real MCP session: the command
+    connects; workspace_info and doctor name how."""
+    from codespace.doctor import run_checks
+    from codespace.testing import build_app, call_ok, connect
+
+    path, seen = listed_socket
+    (base / "ws").mkdir()
+    policy = f'[network]\nallow_unix_sockets = [{path!r}]\n[sandbox]\nengine = "{engine}"\n'.replace("'", '"')
+    app = build_app(base / "ws", state_dir=base / "state", policy=policy, plugins=("linux_sandbox",))
+    script = f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({path!r})\nprint('connected')\n"
+    async with connect(app, mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": [interpreter(), "-I", "-S", "-c", script]})
+        assert out["sandboxed"] and out["output"] == "connected\n", out
+        info = await call_ok(client, "workspace_info")
+        assert [line for line in info["sandbox"]["cannot_enforce"] if path in line], info["sandbox"]
+    time.sleep(0.2)
+    assert seen == ["listed"]
+    checks = {c.name: c for c in run_checks(build_app(base / "ws", state_dir=base / "state", policy=policy,
+                                                      plugins=("linux_sandbox",)))}
+    assert path in checks["sandbox cannot enforce"].detail
