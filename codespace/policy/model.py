@@ -195,6 +195,12 @@ class SandboxPolicy(_Strict):
     engine works; ``required``: refuse to run commands when no engine works;
     ``off``: never sandbox."""
     engine: Literal["auto", "bubblewrap", "landlock"] = "auto"
+    run_as_uid: int = Field(default=65534, ge=1, le=4294967294)
+    """Host uid of sandboxed commands when the server runs as root and the workspace
+    is owned by root (a command never runs as host root; a workspace owned by another
+    user runs its commands as that user). 65534 (``nobody``) owns nothing by convention."""
+    run_as_gid: int = Field(default=65534, ge=1, le=4294967294)
+    """Host gid that goes with ``run_as_uid``."""
 
 
 class Limits(_Strict):

@@ -4,3 +4,5 @@ Deliberately empty: the helper runs with ``python -I -S`` for every sandboxed co
 imports this package, so nothing here may import pydantic, the core or anything heavy.
 Server-side code lives in :mod:`.backend` and :mod:`.plugin`.
 """
+
+__version__ = "0.1.2"

@@ -33,7 +33,7 @@ import anyio
 from codespace import kernel
 from codespace.contract import CommandSpec, FsError, SandboxInfo, SandboxLayout, ToolError
 
-from . import placeholders, seccomp
+from . import placeholders, run_as, seccomp
 from .launcher import Launched, Zygote, ZygoteUnavailable, spawn_helper
 from .limits import cannot_enforce
 from .protected_scan import ProtectedScan
@@ -220,10 +220,25 @@ class LinuxSandbox:
     proxy: Any = None
     """The workspace's :class:`.proxy.ProxyService` when network access is 'allowlist' and it runs."""
     zygote: Zygote = field(default=ZYGOTE)
+    root: Path | None = None
+    """The workspace root: its owner decides who commands run as when the server is root."""
+    run_as_uid: int = 65534
+    run_as_gid: int = 65534
     allow_unix_sockets: tuple[str, ...] = ()
     """network.allow_unix_sockets: reached through the helper's connect broker (:mod:`.unix_broker`)."""
     _run_dir: str | None = field(default=None, init=False)
     _protected: ProtectedScan = field(default_factory=ProtectedScan, init=False)
+
+    @classmethod
+    def for_workspace(cls, workspace: Any) -> LinuxSandbox:
+        sandbox = workspace.policy.sandbox
+        return cls(preference=sandbox.engine, state_dir=workspace.state_dir, root=Path(workspace.root),
+                   run_as_uid=sandbox.run_as_uid, run_as_gid=sandbox.run_as_gid,
+                   allow_unix_sockets=tuple(workspace.policy.network.allow_unix_sockets))
+
+    def run_as(self):
+        """The command's host ids (:class:`.protocol.RunAs`), or None when the server is not root."""
+        return run_as.choose(self.root, self.run_as_uid, self.run_as_gid)
 
     def choice(self) -> EngineChoice:
         return choose_engine(self.preference)
@@ -238,10 +253,12 @@ class LinuxSandbox:
             engine=choice.engine,
             available=choice.available,
             landlock_abi=abi,
-            cannot_enforce=cannot_enforce(choice.engine, abi, mount_proc=choice.mount_proc,
-                                          pid_namespace=may_make_pid_namespaces(),
-                                          unix_sockets=self.allow_unix_sockets,
-                                          walk_cut=self._protected.truncated()) if choice.available else [],
+            cannot_enforce=[*cannot_enforce(choice.engine, abi, mount_proc=choice.mount_proc,
+                                            pid_namespace=may_make_pid_namespaces(),
+                                            unix_sockets=self.allow_unix_sockets,
+                                            walk_cut=self._protected.truncated()),
+                            *run_as.cannot_enforce(self.run_as(), self.root, choice.engine)]
+            if choice.available else [],
             detail=detail,
         )
 
@@ -301,8 +318,22 @@ class LinuxSandbox:
                 run_dir=self._run_dir,
                 landlock_abi=landlock_abi(),
                 runtime=runtime_paths(),
+                run_as=self.run_as(),
             ),
         )
+
+    @staticmethod
+    def _userns(hs: Handshake) -> int | None:
+        """The id mapping's user namespace for the warm helper's child (made once; a helper started
+        alone makes its own)."""
+        ids = hs.options.run_as
+        if ids is None or not ids.idmap:
+            return None
+        try:
+            return run_as.userns_fd(ids.uid, ids.gid)
+        except OSError as exc:
+            log.warning("sandbox: no user namespace for the id mapping (%s); the helper makes its own", exc)
+            return None
 
     def open_route(self, spec: CommandSpec, layout: SandboxLayout) -> Any:
         """This command's route to the egress proxy, or None (no proxy needed, or none running:
@@ -359,7 +390,7 @@ class LinuxSandbox:
             fds = [*stdio, *payloads]
             popen = None
             try:
-                pid = self.zygote.request(fds)
+                pid = self.zygote.request(fds, self._userns(hs))
             except ZygoteUnavailable as exc:
                 log.debug("sandbox fast path unavailable: %s", exc)
                 try:

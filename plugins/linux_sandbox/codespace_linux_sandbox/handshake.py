@@ -40,6 +40,7 @@ SCHEMA: dict[str, tuple[str, bool, tuple[str, ...] | None]] = {
     "options.run_dir": (_STR, True, None),
     "options.landlock_abi": (_INT, False, None),
     "options.runtime": (_STRS, False, None),
+    "options.run_as": ("an object or null", False, None),
 }
 
 
@@ -130,6 +131,17 @@ def decode(data: bytes) -> dict:
         port = proxy.get("port")
         if type(port) is not int or not 0 < port < 65536:
             raise HandshakeError("handshake field 'policy.proxy.port' must be a port number (1-65535)")
+    run_as = value["options"].get("run_as")
+    if run_as is not None:
+        for key in ("uid", "gid"):
+            if type(run_as.get(key)) is not int or not 0 < run_as[key] < 4294967295:
+                raise HandshakeError(f"handshake field 'options.run_as.{key}' must be an id other than 0 "
+                                     "(a sandboxed command never runs as host root)")
+        if type(run_as.get("idmap", False)) is not bool:
+            raise HandshakeError("handshake field 'options.run_as.idmap' must be true or false")
+    elif posix.geteuid() == 0:
+        raise HandshakeError("handshake field 'options.run_as' is required when the helper runs as root: a sandboxed "
+                             "command never runs as host root (the server names the unprivileged ids)")
     return value
 
 

@@ -37,13 +37,31 @@ def _fail(message: str, code: int = SETUP_FAILED_EXIT_CODE) -> int:
     return code
 
 
-def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool) -> int:
+def _identity(hs: dict, userns_fd: int | None):
+    """The command's host identity when the server runs as root (see :mod:`.identity`), or None."""
+    run_as = hs["options"].get("run_as")
+    if run_as is None:
+        return None
+    from .identity import BwrapIdentity
+
+    identity = BwrapIdentity(run_as, userns_fd, [w for w in hs["policy"]["writable"] if w != "/"])
+    identity.prepare()
+    return identity
+
+
+def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool, userns_fd: int | None = None) -> int:
     from . import bwrap_argv, supervise
+    from .identity import IdentityError
     from .placeholders import Placeholders
 
     bwrap = hs["options"].get("bwrap")
     if not bwrap:
         return _fail("handshake field 'options.bwrap' is required by the bubblewrap engine")
+    run_as = hs["options"].get("run_as")
+    if run_as is not None:
+        from .identity import drop_unreachable
+
+        hs = drop_unreachable(hs, run_as)
     try:
         plan = bwrap_argv.build(hs)
     except bwrap_argv.SetupError as exc:
@@ -58,8 +76,20 @@ def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool) -> int:
         except RuntimeError as exc:
             return _fail(str(exc))
 
+    try:
+        identity = _identity(hs, userns_fd)
+    except IdentityError as exc:
+        return _fail(f"cannot run the command as an unprivileged user: {exc}")
+    extra = []
+    if hs["options"].get("mount_proc", True):
+        # bwrap covers /proc/sys only when it finds the directory writable, which a directory of
+        # proc never is: its files stay writable to a uid the kernel takes for root.
+        extra += ["--ro-bind", "/proc/sys", "/proc/sys"]
+    if identity is not None and identity.idmap:
+        extra += ["--uid", "0", "--gid", "0"]  # inside: ids 0, what the idmapped files show
+
     def args_for(info_fd: int, block_fd: int) -> list[str]:
-        return bwrap_argv.finish(plan, seccomp_fd=seccomp_fd, info_fd=info_fd, block_fd=block_fd)
+        return [*bwrap_argv.finish(plan, seccomp_fd=seccomp_fd, info_fd=info_fd, block_fd=block_fd), *extra]
 
     hardening_failed: list[HardeningError] = []
 
@@ -92,9 +122,9 @@ def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool) -> int:
         with Placeholders(hs["options"]["run_dir"], plan.placeholders):
             code, received = supervise.run_bwrap(
                 bwrap, args_for, command, pass_fds, harden,
-                sandbox_ready=open_proxy_listener if route is not None else None,
+                sandbox_ready=open_proxy_listener if route is not None else None, identity=identity,
                 own_session=not plan.terminal)  # a terminal's command keeps it as controlling tty
-    except supervise.SandboxSetupError as exc:
+    except (supervise.SandboxSetupError, IdentityError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot start the sandbox ({bwrap}): {exc.strerror or exc}")
@@ -106,9 +136,10 @@ def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool) -> int:
     return supervise.reraise_or_code(code, received)
 
 
-def run(raw: bytes, seccomp_fd: int | None, *, hardened: bool = False) -> int:
+def run(raw: bytes, seccomp_fd: int | None, *, hardened: bool = False, userns_fd: int | None = None) -> int:
     """Check the handshake ``raw`` and run its command; ``seccomp_fd`` holds the BPF program.
-    ``hardened``: this process is already hardened (forked by the warm helper)."""
+    ``hardened``: this process is already hardened (forked by the warm helper); ``userns_fd``: the
+    user namespace describing ``options.run_as``'s id mapping, when the server sent one."""
     try:
         hs = hs_module.decode(raw)
     except hs_module.HandshakeError as exc:
@@ -120,7 +151,7 @@ def run(raw: bytes, seccomp_fd: int | None, *, hardened: bool = False) -> int:
         return _fail("handshake fields 'options.seccomp' = 'restricted_unix' and 'policy.allow_unix_sockets' go "
                      "together (the filter leaves connect() to the broker of the listed sockets)")
     if hs["engine"] == "bubblewrap":
-        return _run_bubblewrap(hs, seccomp_fd, hardened)
+        return _run_bubblewrap(hs, seccomp_fd, hardened, userns_fd)
     if not hardened:
         try:
             harden_self()
@@ -128,7 +159,7 @@ def run(raw: bytes, seccomp_fd: int | None, *, hardened: bool = False) -> int:
             return _fail(str(exc), exc.exit_code)
     from .landlock_engine import run as run_landlock
 
-    return run_landlock(hs, seccomp_fd, _fail)
+    return run_landlock(hs, seccomp_fd, _fail, userns_fd)
 
 
 def main(argv: list[str] | None = None) -> int:

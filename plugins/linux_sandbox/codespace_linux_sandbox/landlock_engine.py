@@ -30,7 +30,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-from . import landlock, libc
+from . import identity, landlock, libc
 from .supervise import FORWARDED, PYTHON_IGNORED, arm_parent_death_deadline, reraise_or_code
 
 PR_CAPBSET_DROP = 24
@@ -52,15 +52,20 @@ class _Libc:
             raise OSError(ctypes.get_errno(), f"prctl({option}) failed: {os.strerror(ctypes.get_errno())}")
 
 
-def drop_capabilities(lib: _Libc) -> None:
+def drop_capabilities(lib: _Libc, run_as: dict | None = None) -> None:
     """Empty the effective, permitted, inheritable and ambient sets, and the bounding set
-    when running as root (root regains the bounding set on exec); then check."""
+    when running as root (root regains the bounding set on exec); then check. ``run_as``:
+    become those ids once the bounding set is empty (see :mod:`.identity`)."""
     root = os.getuid() == 0
     if root:
         with open("/proc/sys/kernel/cap_last_cap") as f:
             last = int(f.read())
         for cap in range(last + 1):
             lib.lib.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    if run_as is not None:
+        identity.become(run_as)
+        if 0 in os.getresuid() or 0 in os.getresgid():
+            raise OSError(0, f"still root after dropping to uid {run_as['uid']}")
     lib.lib.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header = ctypes.create_string_buffer(CAPABILITY_VERSION_3.to_bytes(4, "little") + bytes(4), 8)
     data = ctypes.create_string_buffer(24)
@@ -107,8 +112,9 @@ def _exec(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
 
 
 def _child(hs: dict, ruleset_fd: int, program: bytes | None, parent: int, env: dict[str, str],
-           broker: int = -1) -> None:
+           userns: int | None, broker: int = -1) -> None:
     lib = _Libc()
+    run_as = hs["options"].get("run_as")
     try:
         lib.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
@@ -116,8 +122,16 @@ def _child(hs: dict, ruleset_fd: int, program: bytes | None, parent: int, env: d
         for signum in (*FORWARDED, *PYTHON_IGNORED):
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        if run_as is not None and run_as.get("idmap"):
+            identity.enter_idmapped_view(userns, [w for w in hs["policy"]["writable"] if w != "/"])
         os.chdir(hs["command"]["cwd"])
-        drop_capabilities(lib)
+        drop_capabilities(lib, run_as)
+        if run_as is not None:
+            # A change of credentials clears the parent-death signal: ask again, and re-check
+            # that the helper is still there (it may have died in between).
+            lib.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:
+                os._exit(1)
         lib.prctl(libc.PR_SET_NO_NEW_PRIVS, 1)
         landlock.restrict_self(ruleset_fd)
         os.close(ruleset_fd)
@@ -127,7 +141,7 @@ def _child(hs: dict, ruleset_fd: int, program: bytes | None, parent: int, env: d
             from . import unix_broker
 
             unix_broker.install(broker)
-    except (OSError, ValueError, landlock.LandlockError) as exc:
+    except (OSError, ValueError, landlock.LandlockError, identity.IdentityError) as exc:
         os.write(2, f"codespace-linux-sandbox: cannot confine the command: {exc}\n".encode())
         os._exit(125)
     code, message = _exec(hs["command"]["argv"], env)
@@ -161,7 +175,7 @@ def _private_tmp(run_dir: str) -> str:
     raise FileExistsError(f"cannot create a private TMPDIR under {base}")
 
 
-def run(hs: dict, seccomp_fd: int | None, fail: Callable[..., int]) -> int:
+def run(hs: dict, seccomp_fd: int | None, fail: Callable[..., int], userns: int | None = None) -> int:
     abi = hs["options"].get("landlock_abi")
     try:
         abi = landlock.abi() if abi is None else min(abi, landlock.abi())
@@ -186,15 +200,25 @@ def run(hs: dict, seccomp_fd: int | None, fail: Callable[..., int]) -> int:
             registration = proxy_route.register(route["socket"], announce=True)
         except RuntimeError as exc:
             return fail(str(exc))
+    run_as = hs["options"].get("run_as")
+    if run_as is not None and run_as.get("idmap") and userns is None:
+        try:
+            userns = identity.make_userns(run_as["uid"], run_as["gid"])
+        except identity.IdentityError as exc:
+            return fail(f"cannot run the command as an unprivileged user: {exc}")
     try:
-        return _run(hs, abi, program, route, fail)
+        return _run(hs, abi, program, route, fail, userns)
     finally:
         if registration is not None:
             os.close(registration)  # the proxy releases this command's route
 
 
-def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, fail: Callable[..., int]) -> int:
+def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, fail: Callable[..., int],
+         userns: int | None) -> int:
     tmpdir = _private_tmp(hs["options"]["run_dir"])
+    run_as = hs["options"].get("run_as")
+    if run_as is not None and not run_as.get("idmap"):
+        os.chown(tmpdir, run_as["uid"], run_as["gid"])  # with idmap, root's 0700 directory shows as run_as's
     env = dict(hs["command"]["env"])
     env["TMPDIR"] = tmpdir
     try:
@@ -242,7 +266,7 @@ def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, fail: Ca
     signal.pthread_sigmask(signal.SIG_BLOCK, set(FORWARDED))
     child = os.fork()
     if child == 0:
-        _child(hs, ruleset, program, me, env, theirs if sockets else -1)
+        _child(hs, ruleset, program, me, env, userns, theirs if sockets else -1)
     os.close(ruleset)
     if sockets:
         os.close(theirs)

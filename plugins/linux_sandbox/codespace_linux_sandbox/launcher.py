@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from codespace.fdio import wait_exit
 
-from .zygote import READY, REQUEST
+from .zygote import READY, REQUEST, REQUEST_USERNS
 
 log = logging.getLogger(__name__)
 
@@ -159,16 +159,19 @@ class Zygote:
 
     # -- requests ----------------------------------------------------------------------
 
-    def request(self, fds: list[int]) -> int:
-        """One per-command helper for ``fds`` (stdin, stdout, stderr, handshake[, seccomp]);
-        returns its pid, a child of this process. Raises ZygoteUnavailable."""
+    def request(self, fds: list[int], userns: int | None = None) -> int:
+        """One per-command helper for ``fds`` (stdin, stdout, stderr, handshake[, seccomp]) and
+        ``userns`` (the id mapping of ``options.run_as``, see :mod:`.identity`); returns its pid, a
+        child of this process. Raises ZygoteUnavailable."""
         with self._lock:
             if not self._start_locked() or not self._ready_locked(READY_TIMEOUT_S):
                 raise ZygoteUnavailable(self.problem or "the warm helper is not running")
             sock = self._sock
             try:
                 sock.settimeout(REPLY_TIMEOUT_S)
-                sock.sendmsg([REQUEST], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                sent = fds if userns is None else [*fds, userns]
+                sock.sendmsg([REQUEST if userns is None else REQUEST_USERNS],
+                             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", sent))])
                 reply = sock.recv(4096)
             except OSError as exc:
                 self._stop_locked(f"the warm helper stopped answering ({exc})")

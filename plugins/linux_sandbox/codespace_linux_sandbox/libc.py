@@ -20,6 +20,13 @@ RLIMIT_CORE = 4
 LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8
 CLONE_PARENT = 0x00008000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWNS = 0x00020000
+MS_REC, MS_PRIVATE = 0x4000, 0x40000
+AT_FDCWD, AT_EMPTY_PATH, AT_RECURSIVE = -100, 0x1000, 0x8000
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC = 1, 0o2000000
+MOVE_MOUNT_F_EMPTY_PATH = 4
+MOUNT_ATTR_IDMAP = 0x00100000
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442  # the same numbers on x86_64 and aarch64
 NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
 SIGCHLD = 17
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}
@@ -55,6 +62,8 @@ flock = _Function(("flock", _Process))
 setns = _Function(("setns", _Process))
 unshare = _Function(("unshare", _Process))
 ioctl = _Function(("ioctl", _Process))
+mount = _Function(("mount", _Process))
+syscall = _Function(("syscall", _Process))
 _syscall = _HoldingTheGil(("syscall", _Process))
 
 

@@ -22,8 +22,7 @@ log = logging.getLogger(__name__)
 def codespace_sandbox(workspace):
     # Returned even when no engine works: the core's decision then names the reason
     # (info().detail) instead of "no sandbox plugin is installed".
-    return LinuxSandbox(preference=workspace.policy.sandbox.engine, state_dir=workspace.state_dir,
-                        allow_unix_sockets=tuple(workspace.policy.network.allow_unix_sockets))
+    return LinuxSandbox.for_workspace(workspace)
 
 
 def _warm_helper(sandbox: LinuxSandbox):
@@ -90,10 +89,16 @@ def _fast_path_check() -> Check:
     return Check("sandbox fast path", ok, detail, "" if ok else "see the detail; commands still run sandboxed")
 
 
+def _identity(sandbox: LinuxSandbox) -> tuple[bool, str, str]:
+    from . import run_as
+
+    ok, detail = run_as.summary(sandbox.run_as(), sandbox.root)
+    return ok, detail, "" if ok else "use a file system with idmapped mounts (ext4, xfs, btrfs, tmpfs) for the workspace"
+
+
 @hookimpl
 def codespace_doctor(workspace):
-    sandbox = LinuxSandbox(preference=workspace.policy.sandbox.engine, state_dir=workspace.state_dir,
-                           allow_unix_sockets=tuple(workspace.policy.network.allow_unix_sockets))
+    sandbox = LinuxSandbox.for_workspace(workspace)
     info = sandbox.info()
     abi = landlock_abi()
     bwrap = probe_bwrap()
@@ -105,6 +110,7 @@ def codespace_doctor(workspace):
               "" if info.available else "install bubblewrap (apt-get install bubblewrap) or use a kernel with Landlock"),
         Check("sandbox /proc preflight", bwrap.ok and bwrap.mount_proc,
               bwrap.detail, "" if bwrap.ok and bwrap.mount_proc else "commands see the host's /proc read-only"),
+        Check("sandbox command identity", *_identity(sandbox)),
         Check("sandbox seccomp (libseccomp)", problem is None, problem or "filters compile (restricted, proxy-routed, "
               "proxy-tcp, vsock-restricted)", "" if problem is None else "apt-get install libseccomp2"),
     ]

@@ -68,6 +68,18 @@ class Command(_Model):
     env: dict[str, str] = Field(description="The command's whole environment (LD_* included when the policy keeps them).")
 
 
+class RunAs(_Model):
+    """The command's host ids when the server runs as root (a command never runs as host root)."""
+
+    uid: int = Field(ge=1, le=4294967294)
+    gid: int = Field(ge=1, le=4294967294)
+    idmap: bool = Field(
+        default=False,
+        description="Show on-disk ids 0 as uid/gid through idmapped mounts (a root-owned workspace): what the "
+        "command creates is written as 0, the owner's ids.",
+    )
+
+
 class Options(_Model):
     """Mechanism choices the server made once (probes, compiled filters)."""
 
@@ -81,6 +93,10 @@ class Options(_Model):
         description="The server's Python installation and import path: kept visible (read-only, where the "
         "policy lets the command read them) when a private /tmp would hide them, so helpers such as "
         "codespace-patch's run from a venv or checkout under /tmp.",
+    )
+    run_as: RunAs | None = Field(
+        default=None,
+        description="Set (and required) when the server runs as root: the unprivileged ids the command runs as.",
     )
 
 

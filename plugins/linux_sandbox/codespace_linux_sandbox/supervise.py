@@ -47,6 +47,8 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs time o
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .identity import BwrapIdentity
+
 FORWARDED = (_signal.SIGHUP, _signal.SIGINT, _signal.SIGQUIT, _signal.SIGTERM)
 # The host's kill_session signals the group and then every session member, so the helper
 # gets the same signal twice within microseconds; the kernel would merge such a pair for one
@@ -159,7 +161,8 @@ def reraise_or_code(code: int, received: list[int]) -> int:
 
 def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: list[str], pass_fds: list[int],
               after_spawn: "Callable[[int], None]",
-              sandbox_ready: "Callable[[int], None] | None" = None, own_session: bool = True) -> tuple[int, list[int]]:
+              sandbox_ready: "Callable[[int], None] | None" = None, own_session: bool = True,
+              identity: "BwrapIdentity | None" = None) -> tuple[int, list[int]]:
     """Run bwrap with ``args_for(info_fd, block_fd)`` (handed over through a memfd, so the command's
     environment never shows in /proc/<pid>/cmdline) and call ``after_spawn(pid)`` while bwrap sets
     the sandbox up on another core; returns (exit code, signals forwarded).
@@ -187,8 +190,16 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
         # it asked, that write fails (we hold the only read end) and SIGPIPE ends it. Either way
         # the kernel then ends every process in the namespace. No CAP_SYS_ADMIN: as before.
         forward.leads_namespace = libc.unshare(libc.CLONE_NEWPID) == 0
-        pid = posix.posix_spawn(bwrap, [bwrap, "--args", str(args_fd), "--", *command], {}, setsid=own_session,
-                                setsigdef=PYTHON_IGNORED)
+        # identity (server as root): bwrap starts as the unprivileged run_as, in its idmapped view
+        # (see .identity); the helper itself is root again and back in the host's view right after.
+        if identity is not None:
+            identity.enter()
+        try:
+            pid = posix.posix_spawn(bwrap, [bwrap, "--args", str(args_fd), "--", *command], {}, setsid=own_session,
+                                    setsigdef=PYTHON_IGNORED, resetids=identity is not None)
+        finally:
+            if identity is not None:
+                identity.leave()
         forward.fallback_pid = pid
     except BaseException:
         if block_write >= 0:

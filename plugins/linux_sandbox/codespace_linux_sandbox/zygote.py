@@ -7,6 +7,7 @@ everything both engines need, says ``READY`` and then serves requests on a priva
 ``SOCK_SEQPACKET`` socketpair, one at a time:
 
     server → zygote   b"CSZ1" + SCM_RIGHTS [stdin, stdout, stderr, handshake, (seccomp)]
+                      (b"CSZ1+u": one more, last, the user namespace of the id mapping)
     zygote → server   b"P<pid>"  or  b"E<message>"
 
 For each request it forks the per-command helper with ``clone(CLONE_PARENT)``: the new
@@ -33,8 +34,9 @@ from . import helper, libc
 from .hardening import HardeningError, harden_self
 
 REQUEST = b"CSZ1"
+REQUEST_USERNS = b"CSZ1+u"  # the last descriptor is the user namespace of options.run_as's id mapping
 READY = b"READY1"
-MAX_FDS = 5
+MAX_FDS = 6
 _INT = 4
 
 
@@ -42,7 +44,7 @@ def _preload() -> None:
     # Everything a per-command helper may need, imported once here instead of in every child.
     import _json  # noqa: F401 - the handshake's scanner
 
-    from . import bwrap_argv, landlock, landlock_engine, placeholders, proxy_route, supervise  # noqa: F401
+    from . import bwrap_argv, identity, landlock, landlock_engine, placeholders, proxy_route, supervise  # noqa: F401
 
 
 def _read_all(fd: int) -> bytes:
@@ -52,7 +54,7 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _child(channel: _socket.socket, fds: list[int], server: int, in_session: int) -> None:
+def _child(channel: _socket.socket, fds: list[int], server: int, in_session: int, userns: int | None) -> None:
     """The per-command helper, in the child of clone(CLONE_PARENT). Never returns."""
     code = helper.SETUP_FAILED_EXIT_CODE
     try:
@@ -69,7 +71,7 @@ def _child(channel: _socket.socket, fds: list[int], server: int, in_session: int
                 posix.close(fd)
         raw = _read_all(fds[3])
         posix.close(fds[3])
-        code = helper.run(raw, fds[4] if len(fds) > 4 else None, hardened=True)
+        code = helper.run(raw, fds[4] if len(fds) > 4 else None, hardened=True, userns_fd=userns)
     except BaseException as exc:  # noqa: BLE001 - a child must never return into the zygote's loop
         helper._fail(f"the warm helper's child failed: {exc}")
     posix._exit(code)
@@ -109,7 +111,10 @@ def serve(channel_fd: bytes, parent: bytes) -> int:
         if not data:
             return 0  # the server closed its end
         fds = _fds(ancillary)
-        if data != REQUEST or len(fds) not in (4, 5):
+        userns = fds.pop() if data == REQUEST_USERNS and fds else None
+        if data not in (REQUEST, REQUEST_USERNS) or len(fds) not in (4, 5):
+            if userns is not None:
+                posix.close(userns)
             for fd in fds:
                 posix.close(fd)
             channel.send(b"E" + f"malformed request ({len(data)} bytes, {len(fds)} descriptors)".encode())
@@ -126,7 +131,7 @@ def serve(channel_fd: bytes, parent: bytes) -> int:
         else:
             if pid == 0:
                 posix.close(in_session[0])
-                _child(channel, fds, server, in_session[1])
+                _child(channel, fds, server, in_session[1], userns)
             reply = b"P%d" % pid
         if in_session is not None:
             posix.close(in_session[1])
@@ -134,5 +139,7 @@ def serve(channel_fd: bytes, parent: bytes) -> int:
             posix.close(in_session[0])
         for fd in fds:
             posix.close(fd)
+        if userns is not None:
+            posix.close(userns)
         channel.send(reply)
 

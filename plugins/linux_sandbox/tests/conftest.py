@@ -203,7 +203,7 @@ def make_env(base: Path, engine: str, policy: str = WORKSPACE_WRITE, start: str 
     policy_path.write_text(policy + f'\n[sandbox]\nengine = "{engine}"\n')
     workspace = Workspace.open(ws, policy_path=policy_path, state_dir=base / "state")
     workspace.ensure_state_dir()
-    return Env(base, ws, base / "outside", workspace, LinuxSandbox(engine, workspace.state_dir), start)
+    return Env(base, ws, base / "outside", workspace, LinuxSandbox.for_workspace(workspace), start)
 
 
 @pytest.fixture(params=STARTS)

@@ -91,6 +91,8 @@ result = {
     "socketpair": attempt(pair),
     "ptrace": attempt(ptrace_traceme),
     "io_uring_setup": attempt(io_uring_setup),
+    # Opened for writing, never written: a host sysctl (global root may write it, whatever namespace).
+    "open_sysctl": attempt(lambda: os.close(os.open("/proc/sys/fs/lease-break-time", os.O_WRONLY))),
     "NoNewPrivs": status("NoNewPrivs"),
     "Seccomp": status("Seccomp"),
     "CapEff": status("CapEff"),

@@ -51,6 +51,13 @@ DIFFERENCES: dict[tuple[str, str], dict[str, tuple[str, str, str]]] = {
 }
 
 
+_HOST_ROOT = ("run as root, codex leaves the command host uid 0 (user namespace mapped to 0) and bwrap leaves "
+              "/proc/sys writable; ours runs as an unprivileged uid and binds /proc/sys read-only")
+if os.geteuid() == 0:
+    for _rows in DIFFERENCES.values():
+        _rows["open_sysctl"] = ("EACCES", "ok", _HOST_ROOT)
+
+
 def codex_probe(env, policy: str) -> dict[str, str]:
     home = env.base / "codex-home"  # codex refuses to create its helper links under /tmp
     home.mkdir(exist_ok=True)

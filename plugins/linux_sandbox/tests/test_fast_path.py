@@ -142,7 +142,7 @@ def _valid(env) -> dict:
     return json.loads(Handshake(
         engine="bubblewrap", command=Command(argv=["/bin/true"], cwd=str(env.ws), env={}),
         policy=Policy(readable=["/"], writable=[], deny_read=[], protected=[], network="off"),
-        options=Options(seccomp="none", bwrap="/usr/bin/bwrap", run_dir=str(env.base)),
+        options=Options(seccomp="none", bwrap="/usr/bin/bwrap", run_dir=str(env.base), run_as=env.sandbox.run_as()),
     ).encode())
 
 

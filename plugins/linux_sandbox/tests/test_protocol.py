@@ -16,6 +16,7 @@ from codespace_linux_sandbox.protocol import (
     Handshake,
     Options,
     Policy,
+    RunAs,
 )
 from pydantic import ValidationError
 
@@ -25,7 +26,8 @@ def _valid() -> Handshake:
         engine="bubblewrap",
         command=Command(argv=["/bin/true"], cwd="/", env={"PATH": "/usr/bin:/bin"}),
         policy=Policy(readable=["/"], writable=[], deny_read=[], protected=[], network="off"),
-        options=Options(seccomp="none", bwrap="/usr/bin/bwrap", run_dir="/nonexistent"),
+        options=Options(seccomp="none", bwrap="/usr/bin/bwrap", run_dir="/nonexistent",
+                        run_as=RunAs(uid=65534, gid=65534, idmap=True) if os.geteuid() == 0 else None),
     )
 
 
