@@ -246,3 +246,34 @@ def test_doctor_names_the_tracking_mechanism(tmp_path):
             assert mechanism == expected
         elif os.geteuid() == 0 and _cgroup2_mount() is not None:
             assert mechanism == "cgroup", tracking
+
+
+def test_a_live_servers_cgroups_are_not_reaped(tmp_path):
+    """A second server on the same state directory (maybe in another PID namespace, where the
+    first one's pid means nothing) leaves the first one's cgroups alone; once the first is gone
+    (its lock free), the next start reaps them."""
+    from codespace.processes.tracking import Tracker
+
+    if os.geteuid() != 0 or _cgroup2_mount() is None:
+        pytest.skip("needs root and cgroup v2")
+    state = make_dir(tmp_path / "state")
+    first = Tracker(state)
+    first.start()
+    assert first.mechanism == "cgroup", first.detail
+    try:
+        group = first.new_group()
+        sleeper = subprocess.Popen(["/bin/sh", "-c", 'echo 0 > "$0/cgroup.procs"; exec sleep 300', str(group)])
+        time.sleep(0.3)
+        second = Tracker(state)
+        second.start()
+        second.stop()
+        assert group.exists() and _alive(sleeper.pid), "a live server's cgroup was reaped"
+        os.close(first._lock_fd)  # the first server dies: its lock is released
+        first._lock_fd = None
+        third = Tracker(state)
+        third.start()
+        third.stop()
+        sleeper.wait(timeout=5)
+        assert not group.exists()
+    finally:
+        first.stop()

@@ -8,13 +8,13 @@ runs in a cgroup of its own, joined before the command's first instruction (a
 ``/bin/sh`` stub writes itself into ``cgroup.procs`` and execs the command), and
 is killed as a whole with ``cgroup.kill``.
 
-Layout: ``<base>/cs-<state hash>-<server pid>-<server start>/c<n>``, where
+Layout: ``<base>/cs-<state hash>-<server id>/c<n>``, where
 ``<base>`` is the server's own cgroup v2 directory, or ``CODESPACE_CGROUP`` (``off``:
 use the keeper below even where a cgroup could be made).
-A server's directory whose server is gone (kill -9) is killed and removed by the
-next server that starts (of any workspace, in the same base directory), so a
-daemon that survived the crash dies at the restart whatever it did to its
-session, group or signals.
+A server's directory whose server is gone (kill -9: its lock in the state
+directory is free) is killed and removed by the next server of the same state
+directory, so a daemon that survived the crash dies at the restart whatever it
+did to its session, group or signals.
 
 Where no cgroup can be made, each command runs under a keeper (``keeper.py``): a
 child subreaper that holds every process the command starts, kills what is left
@@ -25,16 +25,15 @@ Python start (~25 ms) per command. ``mechanism`` says which is in use
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
-import re
+import secrets
 import signal
 import sys
 import time
 from pathlib import Path
-
-from ..procfs import start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -153,20 +152,26 @@ def remove_tree(group: Path) -> bool:
     return ok
 
 
-_SERVER_DIR = re.compile(r"cs-[0-9a-f]{12}-([0-9]+)-([0-9]+)")
 _FALLBACK = "a keeper per command (child subreaper) holds its processes, since no cgroup can be made"
+LOCKS = "cgroup-locks"  # in the state directory: one flock per live server, held for its life
 
 
 class Tracker:
-    """Per-command cgroups of one server, or the fallback when none can be made."""
+    """Per-command cgroups of one server, or the fallback when none can be made.
+
+    Whether a server is alive is asked of its lock (``<state dir>/cgroup-locks/<id>``, locked
+    for the server's life), not of its pid: a server in another PID namespace has a pid this
+    one cannot see, and its cgroups must not be taken for a dead server's."""
 
     def __init__(self, state_dir: Path, env: dict[str, str] | os._Environ[str] | None = None) -> None:
         self._prefix = "cs-" + hashlib.sha256(os.fsencode(str(state_dir))).hexdigest()[:12] + "-"
+        self._locks = Path(state_dir) / LOCKS
         self._env = os.environ if env is None else env
         self.server_dir: Path | None = None
         self.mechanism = "subreaper"
         self.detail = "not started"
         self._counter = 0
+        self._lock_fd: int | None = None
 
     def start(self) -> None:
         """Make this server's cgroup directory (if possible) and kill what dead servers of the
@@ -177,9 +182,7 @@ class Tracker:
         """(mechanism, detail) this server would use, leaving nothing behind (for doctor)."""
         self._make_server_dir(reap=False)
         found = (self.mechanism, self.detail)
-        if self.server_dir is not None:
-            remove_tree(self.server_dir)
-            self.server_dir = None
+        self.stop()
         return found
 
     def _make_server_dir(self, *, reap: bool) -> None:
@@ -189,42 +192,72 @@ class Tracker:
             return
         if reap:
             self.reap_stale(base)
-        me = f"{self._prefix}{os.getpid()}-{start_ticks(os.getpid())}"
+        ident = secrets.token_hex(6)
+        me = base / f"{self._prefix}{ident}"
         try:
-            (base / me).mkdir(mode=0o755)
-            probe = base / me / "c0"
-            probe.mkdir()
-            probe.rmdir()
+            self._locks.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self._locks / ident, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._lock_fd = fd
+            me.mkdir(mode=0o755)
+            (me / "c0").mkdir()
+            (me / "c0").rmdir()
         except OSError as exc:
+            self._unlock(ident)
             self.detail = f"{_FALLBACK}: cannot create a cgroup in {base} ({exc.strerror})"
             return
-        if not os.access(base / me / "cgroup.procs", os.W_OK):
-            remove_tree(base / me)
-            self.detail = f"{_FALLBACK}: {base / me}/cgroup.procs is not writable"
+        if not os.access(me / "cgroup.procs", os.W_OK):
+            remove_tree(me)
+            self._unlock(ident)
+            self.detail = f"{_FALLBACK}: {me}/cgroup.procs is not writable"
             return
-        self.server_dir = base / me
+        self.server_dir = me
         self.mechanism = "cgroup"
-        self.detail = f"a cgroup v2 per command under {self.server_dir} ({where}), killed with cgroup.kill"
+        self.detail = f"a cgroup v2 per command under {base}/{self._prefix}* ({where}), killed with cgroup.kill"
+
+    def _unlock(self, ident: str) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        try:
+            os.unlink(self._locks / ident)
+        except OSError:
+            pass
+
+    def _owner_alive(self, ident: str) -> bool:
+        try:
+            fd = os.open(self._locks / ident, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # cannot tell: leave it alone
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
 
     def reap_stale(self, base: Path) -> list[Path]:
-        """Kill and remove the directories of servers that are gone. Any workspace's: a server
-        killed for good (never restarted on its state directory) must not leave daemons forever."""
+        """Kill and remove the cgroups of this state directory's servers that are gone."""
         killed = []
         try:
-            names = os.listdir(base)
+            names = [n for n in os.listdir(base) if n.startswith(self._prefix)]
         except OSError:
             return killed
         for name in names:
-            found = _SERVER_DIR.fullmatch(name)
-            if found is None:
+            ident = name[len(self._prefix):]
+            if self._owner_alive(ident):
                 continue
-            pid, ticks = int(found[1]), int(found[2])
-            if pid != os.getpid() and start_ticks(pid) == ticks:
-                continue  # a live server
             group = base / name
             if _procs(group):
                 log.warning("killing the processes a stopped server left in %s", group)
             kill_tree(group)
+            try:
+                os.unlink(self._locks / ident)
+            except OSError:
+                pass
             killed.append(group)
         return killed
 
@@ -236,14 +269,22 @@ class Tracker:
         group = self.server_dir / f"c{self._counter}"
         try:
             group.mkdir()
+        except FileNotFoundError:
+            try:  # removed under us (an operator's clean-up): make it again
+                self.server_dir.mkdir(mode=0o755, exist_ok=True)
+                group.mkdir()
+            except OSError as exc:
+                log.warning("cannot create %s (%s); the command runs under a keeper", group, exc.strerror)
+                return None
         except OSError as exc:
-            log.warning("cannot create %s (%s); the command is tracked by its session only", group, exc.strerror)
+            log.warning("cannot create %s (%s); the command runs under a keeper", group, exc.strerror)
             return None
         return group
 
     def stop(self) -> None:
         if self.server_dir is not None:
             kill_tree(self.server_dir)
+            self._unlock(self.server_dir.name[len(self._prefix):])
             self.server_dir = None
 
 
