@@ -108,9 +108,13 @@ async def test_kill_9_of_the_server_then_a_restart(base):
     ws = _workspace(base)
     policy = base / "policy.toml"
     policy.write_text('[sandbox]\nengine = "bubblewrap"\n')
+    # The venv's site directory by hand: under an unprivileged user the tests may run on a system
+    # python3 that loads the venv's packages this way (as the suite itself then does).
+    entry = (f"import site, sys; [site.addsitedir(p) for p in {[p for p in sys.path if p.endswith('-packages')]!r}]; "
+             "from codespace.cli import main; sys.exit(main())")
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "codespace", "serve", "--workspace", str(ws), "--state-dir", str(base / "state"),
+        args=["-c", entry, "serve", "--workspace", str(ws), "--state-dir", str(base / "state"),
               "--policy", str(policy)],
         env={"PATH": os.environ["PATH"], "HOME": str(base), "CODESPACE_PLUGINS_BLOCK": "example"})
     async with Client(params) as client:
