@@ -24,6 +24,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -214,7 +215,8 @@ def test_codex_drives_codespace(codex: Path, tmp_path: Path) -> None:
         call("environ", "read_file", path="/proc/self/environ"),
         call("protected", "write_file", path=".codex/config.toml", content="approval_policy = 'never'\n",
              create_parents=True),
-        call("slow", "exec", command="sleep 20; echo finished-late > late.txt", yield_ms=60000, timeout_ms=60000),
+        call("slow", "exec", command="sleep 4; echo finished-late > late.txt", yield_ms=60000, timeout_ms=60000),
+        call("wait", "exec", command="sleep 1.5; ls -a"),
         call("after", "list_operations", tool="exec", limit=2),
         {"kind": "say", "text": "All done."},
     ]
@@ -245,10 +247,16 @@ def test_codex_drives_codespace(codex: Path, tmp_path: Path) -> None:
     assert re.search(r"protected", shown["protected"], re.I), shown["protected"]
     assert not (ws / ".codex" / "config.toml").exists()
 
-    # The call that outlives tool_timeout_sec: Codex gives up and tells the model so.
+    # The call that outlives tool_timeout_sec: Codex gives up and tells the model so; the README
+    # says a cancelled exec is stopped and recorded cancelled, so its late file never appears.
     assert re.search(rf"timed out .*{TOOL_TIMEOUT_SEC}\s*s", shown["slow"]), shown["slow"]
     assert "finished-late" not in shown["slow"]
-    assert "exec" in shown["after"]
+    # What a model does next, a command right after the timeout, must run although the cancelled one
+    # is still being stopped (its sandbox's placeholders for missing protected names go away meanwhile).
+    assert re.search(r'exit_code"?\s*[:=]\s*0\b', shown["wait"]) and "bwrap:" not in shown["wait"], shown["wait"]
+    assert "cancelled" in shown["after"], shown["after"]  # stopping takes up to 0.5 s: asked 1.5 s later
+    time.sleep(2)  # past the cancelled command's 4 s: 3 s timeout + the calls after + this
+    assert "late.txt" not in shown["wait"]
     # Nothing but what the agent made: no mount points a sandbox left behind (empty read-only
     # .git, .bashrc, ... for missing protected names), no file from the cancelled command.
     assert sorted(p.name for p in ws.iterdir()) == ["notes"], sorted(p.name for p in ws.iterdir())
