@@ -268,6 +268,10 @@ class LinuxSandbox:
         if self._run_dir is not None:
             placeholders.sweep(self._run_dir)
 
+    def walk_protected(self, layout: SandboxLayout) -> None:
+        """At start: the first walk for protected names below each writable root (protected_scan)."""
+        self._protected.below(layout.writable, layout.protected_names, layout.deny_read, wait=True)
+
     def sweep_placeholders(self) -> bool:
         """What helpers of a server that was killed left (at start); True once nothing is left."""
         run_dir = self.state_dir / "sandbox"

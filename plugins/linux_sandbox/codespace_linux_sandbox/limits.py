@@ -53,8 +53,9 @@ def _common(unix_sockets: tuple[str, ...], walk_cut: list[str]) -> list[str]:
                    "as the peer (SO_PEERCRED), not the command; only connect() is brokered: datagram sockets "
                    "stay refused, and a listed path must not cross a symbolic link a command can change")
     for root in walk_cut:
-        out.append(f"protected names below {root}: the walk that finds them stopped after its limit of directories; "
-                   "ones in the rest of the tree are not read-only")
+        out.append(f"protected names below {root}: the walk that finds them has not covered the whole tree (it is "
+                   "still going on in the background, or stopped at its limit of directories); ones in the rest "
+                   "are not read-only")
     return out
 
 

@@ -55,6 +55,15 @@ def _placeholder_sweep(sandbox: LinuxSandbox):
     return placeholder_sweep
 
 
+def _protected_walk(sandbox: LinuxSandbox, workspace):
+    async def protected_walk() -> None:
+        """At start: find the protected names below each writable root before the first command
+        needs them (a big tree takes a while; see protected_scan)."""
+        await anyio.to_thread.run_sync(sandbox.walk_protected, sandboxing.layout_for(workspace), abandon_on_cancel=True)
+
+    return protected_walk
+
+
 @hookimpl
 def codespace_services(workspace, backends, store):
     sandbox = backends.sandbox()
@@ -67,6 +76,7 @@ def codespace_services(workspace, backends, store):
         confined = False
     if confined:
         services.append(_warm_helper(sandbox))
+        services.append(_protected_walk(sandbox, workspace))
     if workspace.policy.network.access == "allowlist":
         from .proxy import ProxyService
         from .proxy.service import rules_from_policy

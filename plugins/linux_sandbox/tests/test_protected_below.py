@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 
+from codespace_linux_sandbox import protected_scan
 from codespace_linux_sandbox.protected_scan import SYNC_BUDGET_S, ProtectedScan, walk
 
 ATTACKS = (
@@ -72,15 +73,19 @@ def test_the_walk_prunes_and_follows_no_links(tmp_path):
     assert found == [str(root / "x" / ".git")] and not cut
 
 
-def test_the_cost_of_a_large_tree_is_bounded(tmp_path):
-    """20,000 directories: the first command walks them once; later ones never wait for a walk
-    longer than the budget (they get the last result while a new walk runs in the background)."""
-    root = tmp_path / "big"
+def _big_tree(root):
     for a in range(20):
         for b in range(50):
             for c in range(20):
                 os.makedirs(root / f"a{a}" / f"b{b}" / f"c{c}")
     (root / "a3" / "b7" / ".git").mkdir()
+
+
+def test_the_cost_of_a_large_tree_is_bounded(tmp_path):
+    """20,000 directories: the first command walks them once; later ones never wait for a walk
+    longer than the budget (they get the last result while a new walk runs in the background)."""
+    root = tmp_path / "big"
+    _big_tree(root)
     scan = ProtectedScan()
     started = time.monotonic()
     assert scan.below([str(root)], [".git"], []) == [str(root / "a3" / "b7" / ".git")]
@@ -92,3 +97,21 @@ def test_the_cost_of_a_large_tree_is_bounded(tmp_path):
         took.append(time.monotonic() - started)
     assert first > SYNC_BUDGET_S  # the tree is big enough to matter
     assert max(took) < SYNC_BUDGET_S, (first, took)
+
+
+def test_a_first_walk_goes_on_in_the_background_past_its_limit(tmp_path, monkeypatch):
+    """The first command on a tree too big for FIRST_WALK_S waits that long at most; the walk
+    finishes in the background, and cannot_enforce names the root until it has."""
+    root = tmp_path / "big"
+    _big_tree(root)
+    monkeypatch.setattr(protected_scan, "FIRST_WALK_S", 0.005)
+    scan = ProtectedScan()
+    started = time.monotonic()
+    scan.below([str(root)], [".git"], [])
+    assert time.monotonic() - started < 0.2
+    assert scan.truncated() == [str(root)]
+    deadline = time.monotonic() + 30
+    while scan.truncated() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert scan.truncated() == []
+    assert scan.below([str(root)], [".git"], []) == [str(root / "a3" / "b7" / ".git")]
