@@ -72,8 +72,8 @@ def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid
     if abi is not None and abi >= 4:
         out += LANDLOCK_PROXY
     if abi is not None and abi < 6:
-        out.append(f"Landlock ABI {abi} < 6: signals to processes outside the sandbox and abstract Unix sockets "
-                   "outside it are not blocked")
+        out.append(f"Landlock ABI {abi} < 6: signals to processes outside the sandbox are not blocked (abstract "
+                   "Unix sockets outside it are, by seccomp, with the network off)")
     if abi is not None and abi < 4:
         out.append(f"Landlock ABI {abi} < 4: TCP is restricted by seccomp only, and network 'allowlist' cannot be "
                    "confined to the proxy: allowlisted commands get no network at all (fail closed)")
