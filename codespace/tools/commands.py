@@ -407,8 +407,8 @@ def codespace_register_tools(register: ToolRegistrar) -> None:
     ))
     register(ToolDefinition(
         name="terminate",
-        description="Stop a session: the signal (default TERM) to its whole process group and session, then "
-        "SIGKILL to anything left after grace_ms. Returns the final output and exit status.",
+        description="Stop or kill a running command (session): the signal (default TERM) to its whole process "
+        "group and session, then SIGKILL to anything left after grace_ms. Returns the final output and exit status.",
         arguments=TerminateArgs, result=CommandOutput, handler=terminate, destructive=True, idempotent=True,
         render=_render,
     ))

@@ -153,21 +153,22 @@ def codespace_register_tools(register: ToolRegistrar) -> None:
     ))
     register(ToolDefinition(
         name="walk",
-        description="Walk a directory tree in deterministic order, bounded by depth, directories, entries and "
+        description="Find files: walk a directory tree (like find) in deterministic order, bounded by depth, directories, entries and "
         "response size (truncated=true says a limit stopped it); filter with gitignore-style include/exclude "
-        "globs and optionally honour .gitignore. Unreadable entries are listed in errors, not fatal.",
+        "globs (search files by name: include=['**/*.py']) and optionally honour .gitignore. Unreadable entries "
+        "are listed in errors, not fatal.",
         arguments=WalkRequest, result=WalkResult, handler=walk, read_only=True, paths={"path": "read"},
         render=_render_walk,
     ))
     register(ToolDefinition(
         name="stat",
-        description="Describe a path without following a final link (unless follow_symlinks): whether it exists, "
-        "its kind, size, mode and times.",
+        description="File metadata (like stat): whether a path exists, its kind, size, mode and times, without "
+        "following a final link (unless follow_symlinks).",
         arguments=StatRequest, result=StatResult, handler=stat, read_only=True, paths={"path": "read"},
     ))
     register(ToolDefinition(
         name="make_dir",
-        description="Create a directory (and its parents unless parents=false).",
+        description="Create a directory, like mkdir -p (its parents too unless parents=false).",
         arguments=MakeDirArgs, result=MakeDirResult, handler=make_dir, idempotent=True, paths={"path": "write"},
     ))
     register(ToolDefinition(

@@ -86,6 +86,7 @@ def codespace_register_tools(register: ToolRegistrar) -> None:
         name="workspace_info",
         description="Describe this workspace: its root (relative paths resolve against it), which paths are "
         "readable or writable and why, protected paths, network and sandbox settings (engine, Landlock ABI, what "
-        "cannot be enforced), command rules, limits, and the plugins serving each backend. Call it first.",
+        "cannot be enforced), command rules, limits, and the plugins serving each backend: what can I access "
+        "and do here. Call it first.",
         arguments=WorkspaceInfoArgs, result=WorkspaceInfo, handler=workspace_info, read_only=True,
     ))
