@@ -126,6 +126,15 @@ def _attach(fd: int, target: str) -> None:
 def enter_idmapped_view(userns: int, writable: list[str]) -> None:
     """Make this process's root an idmapped clone of ``/`` in a private mount namespace, with
     every writable root on another mount idmapped too (module docstring)."""
+    try:
+        _enter_idmapped_view(userns, writable)
+    except IdentityError as exc:
+        raise IdentityError(f"the unprivileged uid cannot see the root-owned workspace as its own: {exc} (idmapped "
+                            "mounts need CAP_SYS_ADMIN and a file system that takes them); refusing to run the "
+                            "command, which never runs as host root") from None
+
+
+def _enter_idmapped_view(userns: int, writable: list[str]) -> None:
     points = _mount_points()
     _check(libc.unshare(libc.CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(b"none", b"/", None, libc.MS_REC | libc.MS_PRIVATE, None), "making the mounts private")

@@ -139,3 +139,15 @@ def test_the_helper_refuses_to_run_a_command_as_root_without_run_as(sandbox_env:
 
     with pytest.raises(handshake.HandshakeError, match="run_as"):
         handshake.decode(raw)
+
+
+def test_without_idmapped_mounts_a_root_owned_workspace_is_refused_not_run_as_root(sandbox_env: Env):
+    """A helper that may not make the idmapped view (no CAP_SYS_ADMIN) refuses the command with
+    the reason; it never falls back to running it as root."""
+    if sandbox_env.start != "wrap" or not shutil.which("setpriv"):
+        pytest.skip("a helper started per command, under setpriv")
+    proc = sandbox_env.popen(["/bin/sh", "-c", "touch sub/ran"], wrapper=("setpriv", "--bounding-set", "-sys_admin", "--"))
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 125, err
+    assert b"unprivileged" in err and b"CLONE_NEWNS" in err, err
+    assert not (sandbox_env.ws / "sub" / "ran").exists()

@@ -169,6 +169,11 @@ def test_without_cap_sys_admin_bwrap_starts_as_before(sandbox_env):
         pytest.skip("the bubblewrap engine's helper, started per command")
     if not shutil.which("setpriv") or os.geteuid() != 0:
         pytest.skip("needs root and setpriv to start a helper without CAP_SYS_ADMIN")
+    # A workspace of uid 1000's: its commands run as 1000 with no idmapped mount, which would need
+    # CAP_SYS_ADMIN too (a root-owned one is refused there, never run as root: test_host_identity).
+    sandbox_env.base.chmod(0o755)
+    for path in [sandbox_env.ws, *sandbox_env.ws.rglob("*")]:
+        os.lchown(path, 1000, 1000)
     proc = sandbox_env.popen(["/bin/sh", "-c", "echo ready; exec sleep 30"],
                              wrapper=("setpriv", "--bounding-set", "-sys_admin", "--"))
     try:
