@@ -10,8 +10,9 @@ every process the command started for as long as the keeper lives:
 - the command exits: everything it left is killed (SIGKILL), then the keeper exits
   with the command's status (its code, or its signal re-raised);
 - a signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2) reaches the keeper:
-  it is passed on to every descendant outside the keeper's process group (the
-  group already got it from whoever signalled the group);
+  it is passed on to every descendant that left the keeper's session (the server
+  signals the session's members itself; a terminal's Ctrl-C must reach only its
+  foreground group, so SIGINT is not passed on);
 - the server dies (the parent-death signal, SIGTERM, arrives and the parent is
   no longer the one that started us): everything is killed and the keeper exits.
 
@@ -82,15 +83,17 @@ def main(argv: list[str]) -> int:
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         print(f"keeper: PR_SET_CHILD_SUBREAPER failed: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
         return 125
-    group = os.getpgid(0)
+    session = os.getsid(0)
 
     def on_signal(signum: int, _frame: object) -> None:
         if os.getppid() != parent:  # the server died: nothing may outlive it
             kill_all(me)
             os._exit(128 + signum)
+        if signum == signal.SIGINT:
+            return
         for pid in descendants(me):
             try:
-                if os.getpgid(pid) != group:
+                if os.getsid(pid) != session:
                     os.kill(pid, signum)
             except OSError:
                 pass

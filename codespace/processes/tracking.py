@@ -213,7 +213,7 @@ class Tracker:
             return
         self.server_dir = me
         self.mechanism = "cgroup"
-        self.detail = f"a cgroup v2 per command under {base}/{self._prefix}* ({where}), killed with cgroup.kill"
+        self.detail = f"a cgroup v2 per command, in {base} ({where}), killed with cgroup.kill"
 
     def _unlock(self, ident: str) -> None:
         if self._lock_fd is not None:
