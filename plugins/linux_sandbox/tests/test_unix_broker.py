@@ -41,6 +41,42 @@ print(ok, refused)
 """
 
 
+# A command's own supervisor: its filter answers connect() with USER_NOTIF and lets every call
+# CONTINUE. Were it installed, the kernel would hand it the notifications (between equal actions the
+# newest filter wins); it refuses a second listener in one filter tree (EBUSY), which this checks.
+OWN_SUPERVISOR = r"""
+import ctypes, os, socket, struct, sys, threading
+machine = os.uname().machine
+nr_seccomp, nr_connect = {"x86_64": (317, 42), "aarch64": (277, 203)}[machine]
+arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[machine]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+op = lambda code, jt, jf, k: struct.pack("=HBBI", code, jt, jf, k)
+prog = b"".join((op(0x20, 0, 0, 4), op(0x15, 0, 3, arch), op(0x20, 0, 0, 0), op(0x15, 0, 1, nr_connect),
+                 op(0x06, 0, 0, 0x7FC00000), op(0x06, 0, 0, 0x7FFF0000)))
+buf = ctypes.create_string_buffer(prog, len(prog))
+fprog = ctypes.create_string_buffer(struct.pack("=H6xQ", len(prog) // 8, ctypes.addressof(buf)), 16)
+listener = libc.syscall(ctypes.c_long(nr_seccomp), ctypes.c_uint(1), ctypes.c_uint(8), fprog)
+print("installed" if listener >= 0 else f"install refused {ctypes.get_errno()}")
+def supervise():
+    while True:
+        notif = ctypes.create_string_buffer(80)
+        if libc.ioctl(listener, 0xC0502100, notif) != 0:
+            return
+        ident = struct.unpack_from("=Q", notif.raw)[0]
+        resp = ctypes.create_string_buffer(struct.pack("=QqiI", ident, 0, 0, 1), 24)  # FLAG_CONTINUE
+        libc.ioctl(listener, 0xC0182101, resp)
+if listener >= 0:
+    threading.Thread(target=supervise, daemon=True).start()
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(sys.argv[1]); print("connected")
+except OSError as e:
+    print("errno", e.errno)
+"""
+
+
 def _serve(path: str, log: list[str], label: str) -> socket.socket:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
@@ -87,6 +123,23 @@ def test_a_racing_thread_cannot_redirect_a_brokered_connect(sandbox_env, tmp_pat
         time.sleep(0.3)
         assert "other" not in seen, (ok, refused)
         assert ok > 0 and refused > 0 and seen.count("allowed") == ok, (ok, refused, len(seen))
+    finally:
+        for server in servers:
+            server.close()
+
+
+def test_a_supervisor_of_the_commands_own_cannot_take_over(sandbox_env, tmp_path_factory):
+    where = tmp_path_factory.mktemp("own")
+    os.chmod(where, 0o755)
+    seen: list[str] = []
+    servers = [_serve(str(where / "allowed.sock"), seen, "allowed"), _serve(str(where / "other.sock"), seen, "other")]
+    try:
+        sandbox_env.sandbox.allow_unix_sockets = (str(where / "allowed.sock"),)
+        code, out, err = sandbox_env.run([interpreter(), "-I", "-S", "-c", OWN_SUPERVISOR, str(where / "other.sock")])
+        time.sleep(0.2)
+        assert code == 0, err
+        assert seen == [] and "connected" not in out.split(), (out, seen)
+        assert "install refused 16" in out.splitlines(), out  # EBUSY: the broker's listener is there
     finally:
         for server in servers:
             server.close()
