@@ -151,3 +151,25 @@ def test_without_idmapped_mounts_a_root_owned_workspace_is_refused_not_run_as_ro
     assert proc.returncode == 125, err
     assert b"unprivileged" in err and b"CLONE_NEWNS" in err, err
     assert not (sandbox_env.ws / "sub" / "ran").exists()
+
+
+@pytest.fixture
+def ramfs(base):
+    """A file system that takes no idmapped mount (ramfs), mounted for this test only."""
+    point = base / "ramfs"
+    point.mkdir()
+    if subprocess.run(["mount", "-t", "ramfs", "none", str(point)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a ramfs here")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def test_a_workspace_without_idmapped_mounts_is_named_and_refused(ramfs, engine, start):
+    env = make_env(ramfs, engine, start=start)
+    info = env.sandbox.info()
+    assert any("takes no idmapped mount" in line and "refused" in line for line in info.cannot_enforce), info
+    code, _, err = env.run(["/bin/sh", "-c", "touch sub/ran"])
+    assert code == 125 and "idmapped" in err, err
+    assert not (env.ws / "sub" / "ran").exists()
