@@ -248,7 +248,7 @@ class LinuxSandbox:
         abi = landlock_abi()
         detail = choice.detail
         if choice.available:
-            detail += "; " + self.fast_path_status()
+            detail += "; " + self.fast_path_status() + "; " + run_as.summary(self.run_as(), self.root)[1]
         return SandboxInfo(
             engine=choice.engine,
             available=choice.available,

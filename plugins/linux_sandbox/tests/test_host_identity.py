@@ -173,3 +173,17 @@ def test_a_workspace_without_idmapped_mounts_is_named_and_refused(ramfs, engine,
     code, _, err = env.run(["/bin/sh", "-c", "touch sub/ran"])
     assert code == 125 and "idmapped" in err, err
     assert not (env.ws / "sub" / "ran").exists()
+
+
+def test_doctor_and_workspace_info_name_the_commands_identity(base, engine):
+    from codespace.doctor import run_checks
+    from codespace.testing import build_app
+
+    ws = base / "ws"
+    ws.mkdir()
+    app = build_app(ws, state_dir=base / "state", policy=f'[sandbox]\nengine = "{engine}"\n', plugins=("linux_sandbox",))
+    check = {c.name: c for c in run_checks(app)}["sandbox command identity"]
+    assert check.ok and "uid 65534" in check.detail and "never host root" in check.detail, check
+    (base / "other").mkdir()
+    env = make_env(base / "other", engine)
+    assert "never host root" in env.sandbox.info().detail
