@@ -20,7 +20,8 @@ from conftest import Env, live_pids_in, make_env
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server-as-root case (CI runs as root)")
 
 KNOBS = ("/proc/sys/fs/lease-break-time", "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/hostname",
-         "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger")
+         "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger",
+         "/proc/sys/net/ipv4/ping_group_range")  # per network namespace: the sandbox's own under bubblewrap
 
 
 def _status(pid: int) -> dict[str, str]:
