@@ -315,9 +315,23 @@ def test_direct_tool_calls_match_the_sdk_path(ws, state, tmp_path, era):
         return json.loads(text)
 
     for fast, sdk in zip(answers["1"], answers["0"], strict=True):
-        assert normalise(fast) == normalise(sdk)
+        assert normalise(fast) == normalise(sdk), _differences(normalise(fast), normalise(sdk))
     assert answers["1"][1]["result"]["structuredContent"]["replayed"] is True
     assert answers["1"][2]["result"]["isError"] is True
+
+
+def _differences(a, b, at: str = "") -> list[str]:
+    """Where two answers differ (the assertion's message: workspace_info is long)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for key in sorted(set(a) | set(b), key=str) for d in _differences(a.get(key), b.get(key), f"{at}.{key}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in _differences(x, y, f"{at}[{i}]")]
+    if isinstance(a, str) and isinstance(b, str) and a.startswith("{") and b.startswith("{"):
+        try:
+            return _differences(json.loads(a), json.loads(b), at + "(text)")
+        except ValueError:
+            pass
+    return [] if a == b else [f"{at}: {str(a)[:300]!r} != {str(b)[:300]!r}"]
 
 
 def test_direct_calls_report_progress_and_honour_cancellation(ws, state):
