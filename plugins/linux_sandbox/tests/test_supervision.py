@@ -225,7 +225,7 @@ def _unshare_works() -> bool:
 
 def test_the_capability_check_agrees_with_the_kernel_and_names_the_gap():
     assert may_make_pid_namespaces() == _unshare_works()
-    assert cannot_enforce("bubblewrap", None, pid_namespace=True) == []
+    assert not any("CAP_SYS_ADMIN" in line for line in cannot_enforce("bubblewrap", None, pid_namespace=True))
     assert any("CAP_SYS_ADMIN" in line for line in cannot_enforce("bubblewrap", None, pid_namespace=False))
 
 
