@@ -101,6 +101,8 @@ def _serve(args: argparse.Namespace) -> int:
     token, token_path = load_or_create_token(
         app.workspace.ensure_state_dir(), Path(args.token_file) if args.token_file else None, os.environ
     )
+    if token_path is not None:  # an operator's --token-file may lie where the agent could read it
+        app.workspace.hide(token_path, "HTTP bearer token file")
     where = f"from {token_path}" if token_path else "from $CODESPACE_HTTP_TOKEN"
     sock = bind(args.host, args.port)
     anyio.run(serve_http, app, sock, token, where)

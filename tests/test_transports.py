@@ -235,6 +235,23 @@ async def test_http_token_from_file_and_loopback_only(ws, state, tmp_path):
     assert refused.returncode == 2 and "loopback only" in refused.stderr
 
 
+async def test_an_operator_token_file_is_hidden_from_the_agent(ws, state):
+    """--token-file may name a file the policy would let the agent read (here: inside the
+    workspace); the server hides it from the file tools and from commands."""
+    token_file = ws / "secret-token"
+    token_file.write_text("operator-token-in-the-workspace\n")
+    policy = state.parent / "sandboxed.toml"
+    policy.write_text('[sandbox]\nmode = "required"\n')
+    with http_server(ws, state, "--token-file", str(token_file), "--policy", str(policy), **{ENV_ALLOW: ""}) as (url, _):
+        headers = {"Authorization": "Bearer operator-token-in-the-workspace"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                refused = await call_error(client, "read_file", {"path": "secret-token"})
+                assert "HTTP bearer token file" in refused["message"], refused
+                ran = await call_ok(client, "exec", {"command": "cat secret-token; echo END"})
+                assert "operator-token" not in ran["output"] and "END" in ran["output"], ran
+
+
 async def test_sessions_outlive_a_client_connection(ws, state):
     """Over HTTP the server outlives its clients: a session started by one client is
     re-attached by id from another."""
