@@ -105,7 +105,10 @@ def serve(channel_fd: bytes, parent: bytes) -> int:
     ancillary_space = _socket.CMSG_SPACE(MAX_FDS * _INT)
     while True:
         try:
-            data, ancillary, _flags, _ = channel.recvmsg(64, ancillary_space)
+            # Close-on-exec: what a command needs is dup2'd onto 0-2 or handed on by name
+            # (bwrap's --seccomp FD); the rest, e.g. the id mapping's user namespace, must not
+            # reach the command.
+            data, ancillary, _flags, _ = channel.recvmsg(64, ancillary_space, _socket.MSG_CMSG_CLOEXEC)
         except OSError:
             return 0
         if not data:

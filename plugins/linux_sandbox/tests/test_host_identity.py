@@ -73,6 +73,17 @@ def test_the_command_is_an_unprivileged_host_uid(sandbox_env: Env):
         proc.communicate(timeout=30)
 
 
+def test_the_command_inherits_no_descriptor_but_its_stdio(sandbox_env: Env):
+    """The warm helper receives the id mapping's user namespace by SCM_RIGHTS; no descriptor it
+    (or bwrap) holds may reach the command."""
+    code, out, err = sandbox_env.run(["/bin/sh", "-c", "for f in /proc/self/fd/*; do echo \"$f $(readlink $f)\"; done"])
+    assert code == 0, err
+    # sh's glob reads /proc/self/fd through one descriptor of its own, gone when readlink runs
+    extra = [line for line in out.splitlines() if line.split()[0].rsplit("/", 1)[1] not in ("0", "1", "2")
+             and len(line.split()) > 1]
+    assert extra == [], out
+
+
 def test_a_setuid_root_binary_gives_no_root(sandbox_env: Env):
     suid = sandbox_env.outside / "suid-sleep"
     shutil.copy("/bin/sleep", suid)
