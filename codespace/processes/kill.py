@@ -14,6 +14,7 @@ import os
 import signal
 
 from ..procfs import stat_fields
+from .keeper import descendants  # one walk of /proc's parent links; the keeper script imports nothing
 
 
 def _stat_ids(pid: int) -> tuple[int, int] | None:
@@ -61,23 +62,6 @@ def kill_session(leader: int, signum: int = signal.SIGKILL) -> int:
         except (ProcessLookupError, PermissionError):
             pass
     return sent
-
-
-def descendants(root: int) -> list[int]:
-    """Live processes below ``root``, from the parent links in /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = stat_fields(int(entry))
-        if fields is not None and fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def kill_tree(root: int) -> int:
