@@ -9,7 +9,7 @@ from ..models import Model, Strict
 from ..plugins import hookimpl
 from ..tooling import ToolCall, ToolDefinition, ToolRegistrar
 
-PROTOCOLS = {"sandbox_handshake": 1, "worker_socket": 5}
+PROTOCOLS = {"sandbox_handshake": 1}  # the worker socket (protocol 5) is named once a worker exists
 
 
 class WorkspaceInfoArgs(Strict):
