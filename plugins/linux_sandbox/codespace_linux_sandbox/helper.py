@@ -52,7 +52,7 @@ def _identity(hs: dict, userns_fd: int | None):
 def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool, userns_fd: int | None = None) -> int:
     from . import bwrap_argv, supervise
     from .identity import IdentityError
-    from .placeholders import Placeholders
+    from .placeholders import Placeholders, hold
 
     bwrap = hs["options"].get("bwrap")
     if not bwrap:
@@ -62,6 +62,11 @@ def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool, userns_fd:
         from .identity import drop_unreachable
 
         hs = drop_unreachable(hs, run_as)
+    try:
+        # Before the walk for missing names: see placeholders.py (what it finds stays until the end).
+        lock = hold(hs["options"]["run_dir"])
+    except OSError as exc:
+        return _fail(f"cannot take the placeholder lock in {hs['options']['run_dir']}: {exc}")
     try:
         plan = bwrap_argv.build(hs)
     except bwrap_argv.SetupError as exc:
@@ -119,7 +124,7 @@ def _run_bubblewrap(hs: dict, seccomp_fd: int | None, hardened: bool, userns_fd:
         shim = __file__.rpartition("/")[0] + "/unix_shim.py"
         command, pass_fds = [sys.executable, "-I", "-S", shim, str(theirs), "--", *command], [*pass_fds, theirs]
     try:
-        with Placeholders(hs["options"]["run_dir"], plan.placeholders):
+        with Placeholders(hs["options"]["run_dir"], plan.placeholders, lock):
             code, received = supervise.run_bwrap(
                 bwrap, args_for, command, pass_fds, harden,
                 sandbox_ready=open_proxy_listener if route is not None else None, identity=identity,

@@ -7,10 +7,15 @@ the host's directory, so any directory it makes there is the host's; and removin
 placeholder on the host while a sandbox uses it would detach that sandbox's mask (the
 kernel lazily unmounts mounts on a removed dentry).
 
-Lifetime: every helper holds a shared ``flock`` on ``<run_dir>/placeholders.lock`` while its
-command runs and appends each placeholder it created to ``<run_dir>/placeholders.list``;
-whoever can take the lock exclusively removes every listed placeholder (only an empty
-directory without write permission, as made here) and empties the list. That is the last
+Lifetime: every helper holds a shared ``flock`` on ``<run_dir>/placeholders.lock`` (:func:`hold`)
+from before it looks for missing names until its command has ended, whether or not it makes any
+placeholder, and appends each one it made to ``<run_dir>/placeholders.list``. From before the
+look: another command's placeholder is found there as an existing directory and bound like one,
+so it must stay while this command runs too (a helper that locked only for placeholders of its
+own had bwrap bind a placeholder the clean-up of a command just ended was removing: "Can't find
+source path <ws>/.aws", or, removed after the bind, a detached mask). Whoever can take the
+lock exclusively removes every listed placeholder (only an empty directory without write
+permission, as made here) and empties the list. That is the last
 helper out, when it ends normally (exit, timeout, terminate: the helper forwards the signal
 and returns); and the server (:func:`sweep`), after every sandboxed command has ended,
 however it ended (a helper killed with SIGKILL, or killed with its cgroup), and when it
@@ -68,20 +73,32 @@ def sweep(run_dir: str, *, wait: bool = False) -> bool:
         posix.close(lock)
 
 
+def hold(run_dir: str) -> int:
+    """The shared lock (a descriptor), taken before the helper looks for missing names: no
+    placeholder it may find or make is removed while it is held. It waits for a sweep under
+    way. A helper that fails before its command runs exits at once, and the lock goes with it."""
+    from . import libc
+
+    lock = posix.open(f"{run_dir}/{LOCK}", _OPEN_FLAGS, 0o600)
+    if libc.flock(lock, libc.LOCK_SH) != 0:
+        posix.close(lock)
+        raise OSError(f"cannot take the shared lock {run_dir}/{LOCK}")
+    return lock
+
+
 class Placeholders:
-    def __init__(self, run_dir: str, paths: list[str]) -> None:
+    """Creates ``paths`` under ``lock`` (from :func:`hold`), which it owns from now on; on exit,
+    the last one out removes every listed placeholder."""
+
+    def __init__(self, run_dir: str, paths: list[str], lock: int) -> None:
         self.paths = paths
-        self._lock = -1
+        self._lock = lock
         self._run_dir = run_dir
 
     def __enter__(self) -> "Placeholders":  # noqa: PYI034 - no typing import on the helper's path
-        if not self.paths:
-            return self
         from . import libc
 
         self._libc = libc
-        self._lock = posix.open(f"{self._run_dir}/{LOCK}", _OPEN_FLAGS, 0o600)
-        libc.flock(self._lock, libc.LOCK_SH)
         made = []
         for path in self.paths:
             try:

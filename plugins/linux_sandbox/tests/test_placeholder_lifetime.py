@@ -130,3 +130,76 @@ async def test_kill_9_of_the_server_then_a_restart(base):
     async with Client(params) as client:
         await call_ok(client, "workspace_info")
         await _none_left(ws, within=5.0)
+
+
+async def _cancelled(client, arguments: dict, within: float) -> None:
+    with anyio.move_on_after(within):  # the client gives up: the server stops the command
+        await client.call_tool("exec", arguments)
+
+
+# "legacy": the client's cancel is a notification, and its next call reaches the server while
+# the cancelled command is still being stopped (as Codex's does). A modern-era client waits for
+# the stop before the call returns, so there is no overlap to test.
+
+async def test_a_command_right_after_a_cancelled_one(base):
+    """The next command's helper walked the workspace while the cancelled command's
+    placeholders were still there, took them for real directories to bind (and so took no
+    lock), and the cancelled command's clean-up removed them under it: bwrap "Can't find
+    source path <ws>/.aws". A helper holds its shared lock from before that walk."""
+    async with connect(_app(base), mode="legacy") as client:
+        failed = []
+        for _ in range(8):
+            await _cancelled(client, {"command": "sleep 30", "yield_ms": 60_000}, 0.8)
+            out = await call_ok(client, "exec", {"command": "true"})
+            assert out["sandboxed"], out
+            if out["exit_code"] != 0:
+                failed.append(out["output"])
+        assert failed == [], failed
+        await _none_left(base / "ws", within=3.0)
+
+
+async def test_a_cancelled_commands_clean_up_cannot_unmask_the_next_one(base):
+    """The same race, hostile: the cancelled command ignores SIGTERM, so the next command starts
+    while it still runs (its placeholders there), and the SIGKILL's clean-up comes while the next
+    one runs. Removing the placeholder under it detached its mask: it created the protected name."""
+    async with connect(_app(base), mode="legacy") as client:
+        ws = base / "ws"
+        await _cancelled(client, {"command": "trap '' TERM; sleep 30", "yield_ms": 60_000}, 0.8)
+        out = await call_ok(client, "exec", {"command": "sleep 1.5; mkdir .aws && echo CREATED", "yield_ms": 20_000})
+        assert out["sandboxed"] and "CREATED" not in out["output"], out
+        assert not (ws / ".aws").is_dir() or not os.stat(ws / ".aws").st_mode & 0o200, "a real .aws was made"
+        await _none_left(ws, within=3.0)
+
+
+async def test_a_timeout_kill_cannot_unmask_a_command_that_started_after_it(base, mode):
+    """A command started while another's placeholders were there, then its timeout_ms killed
+    that other (cgroup.kill: no helper left to clean up; the server sweeps)."""
+    async with connect(_app(base), mode=mode) as client:
+        ws = base / "ws"
+        first = await call_ok(client, "exec", {"command": "sleep 30", "timeout_ms": 1000, "yield_ms": 200})
+        assert first["running"] and ".aws" in _extra(ws), first
+        out = await call_ok(client, "exec", {"command": "sleep 2; mkdir .aws && echo CREATED", "yield_ms": 20_000})
+        assert out["sandboxed"] and "CREATED" not in out["output"], out
+        ended = await call_ok(client, "read_output", {"session_id": first["session_id"]})
+        assert ended["running"] is False and ended["timed_out"], ended
+        await _none_left(ws, within=3.0)
+
+
+async def test_commands_ending_while_others_start(base, mode):
+    """Two streams of short sandboxed commands: one's end (its helper's and the server's
+    clean-up) keeps overlapping the other's start."""
+    async with connect(_app(base), mode=mode) as client:
+        ws = base / "ws"
+        failures: list[dict] = []
+
+        async def stream(command: str) -> None:
+            for _ in range(25):
+                out = await call_ok(client, "exec", {"command": command})
+                if out["exit_code"] != 0:
+                    failures.append(out)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stream, "true")
+            tg.start_soon(stream, "test ! -w .codex")
+        assert failures == [], [f.get("output") for f in failures[:3]]
+        await _none_left(ws, within=3.0)
