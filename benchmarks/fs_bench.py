@@ -43,7 +43,7 @@ from codespace_fs import reading, walking  # noqa: E402
 from codespace_fs.backend import FsBackend  # noqa: E402
 from codespace_fs.plugin import _mode  # noqa: E402
 
-DEFAULT_REF = "/work/cache/refserver/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+DEFAULT_REF = str(Path.home() / ".cache/codespace/refserver/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
 BIG_LIMITS = """
 [limits]
 walk_max_entries = 1000000

@@ -1,5 +1,5 @@
 """Per-call latency of one MCP tool call against a stdio MCP server (adapted from
-/work/shared/bench/mcp_bench.py for benchmarks/fs_bench.py).
+shared/bench/mcp_bench.py (beside the checkout) for benchmarks/fs_bench.py).
 
     python benchmarks/fs_mcp_latency.py --cmd 'node index.js /ws' --tool read_text_file --args '{"path": "/ws/a"}'
 """

@@ -21,11 +21,11 @@ from mcp.client.stdio import StdioServerParameters
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE_FS = Path(os.environ.get(
     "CODESPACE_REFERENCE_FS",
-    "/work/cache/refserver/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js",
+    str(Path.home() / ".cache/codespace/refserver/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"),
 ))
 DESKTOP_COMMANDER = Path(os.environ.get(
     "CODESPACE_DESKTOP_COMMANDER",
-    "/work/cache/dc/node_modules/@wonderwhy-er/desktop-commander/dist/index.js",
+    str(Path.home() / ".cache/codespace/dc/node_modules/@wonderwhy-er/desktop-commander/dist/index.js"),
 ))
 
 

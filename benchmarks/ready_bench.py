@@ -33,7 +33,7 @@ from pathlib import Path
 
 DEFAULT_REF = os.environ.get(
     "CODESPACE_REFERENCE_FS",
-    "/work/cache/refserver/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js",
+    str(Path.home() / ".cache/codespace/refserver/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"),
 )
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "ready-bench", "version": "0"}}}

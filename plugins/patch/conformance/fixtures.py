@@ -2,7 +2,7 @@
 
 They are upstream's test data, so they are not copied into this repository:
 ``CODESPACE_PATCH_FIXTURES`` points at them (default: the shared copy of the
-pinned release on this machine).
+pinned release in ``shared/`` beside the checkout, as developers and CI have it).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT = "/work/shared/upstream/codex-0.171.0/scenarios"
+DEFAULT = str(Path(__file__).resolve().parents[4] / "shared" / "upstream" / "codex-0.171.0" / "scenarios")
 ENV = "CODESPACE_PATCH_FIXTURES"
 
 
