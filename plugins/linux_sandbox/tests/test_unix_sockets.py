@@ -111,7 +111,7 @@ def test_with_the_server_unprivileged_too(base, engine, start, host_sockets):
     targets, log = host_sockets
     uid, gid = _unprivileged()
     os.chown(base, uid, gid)
-    # The venv's interpreter may live where that user cannot run it (/root/.pyenv): a system
+    # The venv's interpreter may live where that user cannot run it (under root's 0700 home): a system
     # python3 of the same version, with the venv's packages, serves instead.
     python = shutil.which("python3", path="/usr/bin:/bin")
     if python is None or subprocess.run([python, "-c", f"import sys; sys.exit(sys.version_info[:2] != {sys.version_info[:2]})"],
