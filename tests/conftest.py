@@ -1,7 +1,12 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,3 +43,25 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def codespace_cmd() -> list[str]:
     return [sys.executable, "-m", "codespace"]
+
+
+@contextmanager
+def http_serving(argv: list[str], env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A ``codespace serve --transport http --port 0`` subprocess: its URL once it listens."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                raise AssertionError(f"the HTTP server exited early: {proc.wait()}")
+            match = re.search(r"listening on (http://\S+/mcp)", line)
+            url = match.group(1) if match else None
+        assert url, "the HTTP server did not announce its address"
+        yield url, proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        assert proc.stdout.read() == ""  # nothing on stdout, ever

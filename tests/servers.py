@@ -80,3 +80,12 @@ def serve_params(ws: Path, state: Path, home: Path, *, uid: int | None = None, p
     base.update({"HOME": str(home), "CODESPACE_PLUGINS_BLOCK": "example"}, **env)
     base.pop("XDG_STATE_HOME", None)
     return StdioServerParameters(command=command[0], args=command[1:], env=base)
+
+
+def alive(pid: int) -> bool:
+    """Is ``pid`` a live process (not a zombie)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False

@@ -13,6 +13,8 @@ import pytest
 from codespace.processes.kill import members
 from codespace.testing import call_error, call_ok, connect
 
+from .servers import alive
+
 pytestmark = pytest.mark.anyio
 
 GRANDCHILDREN_IGNORING_TERM = (
@@ -24,16 +26,8 @@ GRANDCHILDREN_IGNORING_TERM = (
 )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def _live_members(leader: int) -> list[int]:
-    return [p for p in members(leader) if _alive(p)]
+    return [p for p in members(leader) if alive(p)]
 
 
 async def test_exec_argv_and_shell(app_factory, mode):
@@ -230,9 +224,9 @@ async def test_seventy_sessions_with_the_default_limit(app_factory, mode):
         listing = await call_ok(client, "list_sessions")
         assert len(listing["sessions"]) == 64 and listing["limit"] == 64
         await anyio.sleep(0.2)
-        assert [p for p in pids[:6] if _alive(p)] == []  # the six evicted were killed
-        assert all(_alive(p) for p in pids[6:])
-    assert [p for p in pids if _alive(p)] == []  # clean shutdown terminates every session
+        assert [p for p in pids[:6] if alive(p)] == []  # the six evicted were killed
+        assert all(alive(p) for p in pids[6:])
+    assert [p for p in pids if alive(p)] == []  # clean shutdown terminates every session
 
 
 async def test_replayed_exec_reattaches_and_record_finishes(app_factory, mode):

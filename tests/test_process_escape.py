@@ -23,7 +23,7 @@ from mcp import Client
 from codespace.processes.tracking import _cgroup2_mount, _own_cgroup
 from codespace.testing import call_ok, server_pids
 
-from .servers import UNPRIVILEGED, make_dir, serve_params, shared_tmp
+from .servers import UNPRIVILEGED, alive, make_dir, serve_params, shared_tmp
 
 pytestmark = pytest.mark.anyio
 
@@ -51,14 +51,6 @@ def _escapers_script(token: str) -> str:
 NAMES = ("double_fork", "setsid", "daemon_python", "ignores_signals")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def _find(token: str) -> dict[str, int]:
     found = {}
     for entry in os.listdir("/proc"):
@@ -70,7 +62,7 @@ def _find(token: str) -> dict[str, int]:
             continue
         for i, name in enumerate(NAMES):
             # The leader (and any wrapper around it) holds the whole script: "echo started" too.
-            if f"{token}{i}" in argv and "echo started" not in argv and _alive(int(entry)):
+            if f"{token}{i}" in argv and "echo started" not in argv and alive(int(entry)):
                 found.setdefault(name, int(entry))
     return found
 
@@ -89,16 +81,16 @@ def _escapers(token: str) -> dict[str, int]:
 async def _gone(pids: dict[str, int], within: float = 8.0) -> dict[str, int]:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        left = {name: pid for name, pid in pids.items() if _alive(pid)}
+        left = {name: pid for name, pid in pids.items() if alive(pid)}
         if not left:
             return {}
         await anyio.sleep(0.05)
-    return {name: pid for name, pid in pids.items() if _alive(pid)}
+    return {name: pid for name, pid in pids.items() if alive(pid)}
 
 
 def _cleanup(pids: dict[str, int]) -> None:
     for pid in pids.values():
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -202,7 +194,7 @@ async def test_no_process_survives(setup, sandbox, ending):
                 assert started["running"] and "started" in started["output"], (started["output"], started.get("note"))
                 pids = _escapers(token)
                 pids["leader"] = started["pid"]
-                assert all(_alive(p) for p in pids.values())
+                assert all(alive(p) for p in pids.values())
                 if ending == "terminate":
                     done = await call_ok(client, "terminate", {"session_id": started["session_id"], "grace_ms": 300})
                     assert not done["running"]
@@ -267,7 +259,7 @@ def test_a_live_servers_cgroups_are_not_reaped(tmp_path):
         second = Tracker(state)
         second.start()
         second.stop()
-        assert group.exists() and _alive(sleeper.pid), "a live server's cgroup was reaped"
+        assert group.exists() and alive(sleeper.pid), "a live server's cgroup was reaped"
         os.close(first._lock_fd)  # the first server dies: its lock is released
         first._lock_fd = None
         third = Tracker(state)

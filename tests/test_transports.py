@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
@@ -19,7 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from codespace.plugins import ENV_ALLOW
 from codespace.testing import call_error, call_ok
 
-from .conftest import codespace_cmd, subprocess_env
+from .conftest import codespace_cmd, http_serving, subprocess_env
 
 pytestmark = pytest.mark.anyio
 
@@ -114,30 +113,12 @@ def test_stdio_pipelined_lines_are_all_answered(ws, state):
     assert sorted(counts) == [1, 2, 3, 4]
 
 
-@contextmanager
 def http_server(ws: Path, state: Path, *extra: str, **env: str):
-    proc = subprocess.Popen(
+    return http_serving(
         [*codespace_cmd(), "serve", "--transport", "http", "--port", "0", "--workspace", str(ws),
          "--state-dir", str(state), *extra],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=subprocess_env(**{ENV_ALLOW: "example", **env}),
+        subprocess_env(**{ENV_ALLOW: "example", **env}),
     )
-    try:
-        deadline = time.monotonic() + 30
-        url = None
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                raise AssertionError(f"server exited early: {proc.wait()}")
-            match = re.search(r"listening on (http://\S+/mcp)", line)
-            if match:
-                url = match.group(1)
-        assert url, "server did not announce its address"
-        yield url, proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        assert proc.stdout.read() == ""  # nothing on stdout, ever
 
 
 async def test_http_session_with_token(ws, state):

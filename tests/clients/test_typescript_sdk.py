@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from ..conftest import codespace_cmd
+from ..conftest import codespace_cmd, http_serving
 from ..servers import UNPRIVILEGED, make_dir, serve_params, shared_tmp
 
 SCRIPT = Path(__file__).with_name("ts_client.cjs")
@@ -62,24 +60,8 @@ def _server_argv(ws: Path, state: Path, *extra: str) -> list[str]:
 
 @contextmanager
 def _http_server(ws: Path, state: Path):
-    proc = subprocess.Popen(
-        _server_argv(ws, state, "--transport", "http", "--port", "0"),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        url = None
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                raise AssertionError(f"the HTTP server exited early: {proc.wait()}")
-            match = re.search(r"listening on (http://\S+/mcp)", line)
-            url = match.group(1) if match else None
-        assert url, "the HTTP server did not announce its address"
+    with http_serving(_server_argv(ws, state, "--transport", "http", "--port", "0")) as (url, _):
         yield url, (state / "http-token").read_text().strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def _run(node: str, modules: Path, env: dict[str, str]) -> dict:
