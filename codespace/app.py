@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -94,18 +93,10 @@ class App:
                         yield self
                     finally:
                         with anyio.CancelScope(shield=True):
-                            await self._stop_sessions()
+                            # A short grace: an agent's client that stops the server sends SIGINT, then
+                            # SIGTERM 100 ms later, then kills it; an interactive shell ignores SIGTERM.
+                            await self.processes.shutdown(STOP_GRACE_S)
                 services.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):  # a signal's cancellation must not skip the close
                 await self.store.close()
-
-    async def _stop_sessions(self) -> None:
-        """Terminate every live session with a short grace: an agent's client that stops the
-        server sends SIGINT, then SIGTERM 100 ms later, then kills it; an interactive shell
-        ignores SIGTERM and would hold the stop for the registry's whole grace."""
-        live = [s for s in self.processes.sessions() if not s.finished.is_set()]
-        async with anyio.create_task_group() as tg:
-            for session in live:
-                session.terminated_by = "shutdown"
-                tg.start_soon(session.terminate, signal.SIGTERM, STOP_GRACE_S)

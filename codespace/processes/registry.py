@@ -91,14 +91,14 @@ class ProcessRegistry:
                 self._tg = None
                 tg.cancel_scope.cancel()
 
-    async def shutdown(self) -> None:
-        """Terminate every session (clean server stop)."""
+    async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+        """Terminate every session (clean server stop): SIGTERM, SIGKILL after ``grace_s``."""
         live = [s for s in self._sessions.values() if not s.finished.is_set()]
         for session in live:
             session.terminated_by = "shutdown"
         async with anyio.create_task_group() as tg:
             for session in live:
-                tg.start_soon(session.terminate, signal.SIGTERM, SHUTDOWN_GRACE_S)
+                tg.start_soon(session.terminate, signal.SIGTERM, grace_s)
         for session in self._sessions.values():
             try:
                 kill_session(session.pid, signal.SIGKILL)  # leftovers of sessions whose leader already exited
