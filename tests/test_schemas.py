@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
-from codespace.tooling import lean_schema
+from codespace.schemas import lean_schema
 
 
 class Inner(BaseModel):
@@ -71,7 +71,7 @@ class Listing(BaseModel):
 
 
 def test_lists_of_objects_keep_their_item_schema_as_documentation_only():
-    from codespace.tooling import _items_described_not_checked
+    from codespace.schemas import _items_described_not_checked
 
     schema = _items_described_not_checked(lean_schema(Listing.model_json_schema()))
     entries = schema["properties"]["entries"]
@@ -91,7 +91,7 @@ class Reading(BaseModel):
 
 
 def test_structured_results_leave_out_only_optional_nulls():
-    from codespace.tooling import structured_result
+    from codespace.schemas import structured_result
 
     assert structured_result(Reading(content="x", total=None)) == {"content": "x", "total": None, "label": ""}
     assert structured_result(Reading(content="x", total=3, hint=0)) == {"content": "x", "total": 3, "hint": 0, "label": ""}
