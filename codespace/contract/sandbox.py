@@ -32,7 +32,7 @@ class SandboxInfo(Strict):
 
 @runtime_checkable
 class LaunchedProcess(Protocol):
-    """A command a sandbox started itself (see :meth:`Sandbox.launch`)."""
+    """A command a sandbox started itself (see :meth:`SandboxFastPath.launch`)."""
 
     pid: int
     """Leader of the command's own session and process group, as the host sees it."""
@@ -49,16 +49,31 @@ class Sandbox(Protocol):
     """The sandbox backend (plugins/linux_sandbox implements it).
 
     ``wrap`` is required: the host spawns what it returns (terminal sessions always
-    go this way). A backend may also offer the fast path
-    ``async def launch(spec, layout, stdio) -> LaunchedProcess``, which starts the
-    confined command itself, with ``stdio`` (three descriptors the host created) as its
-    stdin, stdout and stderr, e.g. from a helper that was started once. The host then
-    uses it for pipe sessions. And it may offer ``command_ended()``, which the host calls
-    once each command it confined has ended, however it ended (exit, timeout, terminate,
-    its helper killed): where the backend undoes what it set up on the host for commands.
+    go this way). A backend may also implement :class:`SandboxFastPath` (the host then
+    lets it start pipe sessions itself) and :class:`SandboxCleanup` (the host tells it
+    when each command it confined has ended); the host tests for them with ``isinstance``.
     """
 
     def info(self) -> SandboxInfo: ...
 
     def wrap(self, spec: CommandSpec, layout: SandboxLayout) -> CommandSpec:
         """Return the spec to spawn instead: the helper's argv, with the handshake in ``inherit``."""
+
+
+@runtime_checkable
+class SandboxFastPath(Protocol):
+    """Optional for a :class:`Sandbox`: it starts a confined pipe command itself, e.g. from a
+    helper that was started once, instead of the host spawning what ``wrap`` returns."""
+
+    async def launch(self, spec: CommandSpec, layout: SandboxLayout, stdio: tuple[int, int, int]) -> LaunchedProcess:
+        """Start ``spec`` confined to ``layout`` with ``stdio`` (three descriptors the host
+        created) as its stdin, stdout and stderr."""
+
+
+@runtime_checkable
+class SandboxCleanup(Protocol):
+    """Optional for a :class:`Sandbox`: it is told when each command it confined has ended."""
+
+    def command_ended(self) -> None:
+        """Called once per confined command, however it ended (exit, timeout, terminate, its
+        helper killed): where the backend undoes what it set up on the host for commands."""

@@ -14,19 +14,22 @@ from __future__ import annotations
 import logging
 import secrets
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 
 from ..contract import CommandSpec, ToolError
+from ..contract.sandbox import Sandbox, SandboxCleanup, SandboxFastPath, SandboxLayout
 from ..store import proc_start_ticks
 from .buffer import OutputBuffer
 from .kill import kill_session
-from .session import Session
-from .spawn import PipeProcess, close_parent_copies, feed_payloads, prepare_inherited, resolve_program
+from .session import ProcessHandle, Session
+from .spawn import PipeProcess, close_parent_copies, feed_payloads, prepare_inherited, resolve_program, spawn_error
 from .tracking import Tracker, remove_tree, wrap_argv
 
 if TYPE_CHECKING:
@@ -65,6 +68,18 @@ class _TerminalAdapter:
         self._tp.close()
 
 
+@dataclass
+class _Started:
+    """A process just started, before it becomes a session."""
+
+    spec: CommandSpec  # as started: wrapped by the sandbox unless it took the fast path
+    process: ProcessHandle
+    readers: list[Callable[[], Awaitable[bytes]]]  # stdout (or the terminal), then stderr
+    group: Path | None  # its cgroup; None on the fast path or without cgroups (a subreaper holds it then)
+    writers: list[tuple[int, bytes]]  # payloads still to feed to inherited descriptors
+    fast: bool  # started by the sandbox's fast path
+
+
 class ProcessRegistry:
     def __init__(self, workspace: Workspace, backends: Backends, store: OperationStore) -> None:
         self.workspace = workspace
@@ -73,7 +88,7 @@ class ProcessRegistry:
         self._sessions: dict[str, Session] = {}
         self._tg: TaskGroup | None = None
         self._counter = 0
-        self._sandbox_ended: dict[str, Any] = {}  # session id -> its sandbox's command_ended
+        self._sandbox_ended: dict[str, Callable[[], None]] = {}  # session id -> its sandbox's command_ended
         self.tracker = Tracker(workspace.state_dir)
 
     @asynccontextmanager
@@ -150,55 +165,25 @@ class ProcessRegistry:
         timeout_s: float | None,
         separate_stderr: bool,
         lossless: bool,
-        sandbox: tuple[Any, Any] | None = None,
+        sandbox: tuple[Sandbox, SandboxLayout] | None = None,
     ) -> Session:
         """Start ``spec``; ``sandbox`` is (backend, layout) when the command must be confined."""
         if self._tg is None:
             raise ToolError("the server is shutting down; no new commands", code="shutting_down")
         await self._make_room()
         requested = spec.argv  # what list_sessions shows: the user's command, not a wrapper's argv
-        fast = sandbox is not None and not spec.tty and callable(getattr(sandbox[0], "launch", None))
-        if sandbox is not None and not fast:
-            spec = sandbox[0].wrap(spec, sandbox[1])
-        spec, writers = prepare_inherited(spec)
-        group = None if fast else self.tracker.new_group()
-        try:
-            if fast:
-                pipe = await PipeProcess.launch(spec, *sandbox)
-                process: Any = pipe
-                readers_src = [lambda: pipe.read("stdout"), lambda: pipe.read("stderr")]
-            elif spec.tty:
-                terminal = self.backends.terminal()
-                try:
-                    resolve_program(spec)  # a missing program is named, not the stub's exit 127
-                    spec = spec.model_copy(update={"argv": wrap_argv(group, spec.argv)})
-                    tp = await terminal.spawn(spec)
-                except OSError as exc:
-                    from .spawn import spawn_error
-
-                    raise spawn_error(exc, spec) from exc
-                process = _TerminalAdapter(tp)
-                readers_src = [tp.read]
-            else:
-                pipe = PipeProcess.spawn(spec, group)
-                process = pipe
-                readers_src = [lambda: pipe.read("stdout"), lambda: pipe.read("stderr")]
-        except BaseException:
-            if group is not None:
-                remove_tree(group)
-            raise
-        finally:
-            close_parent_copies(spec)
+        started = await self._spawn(spec, sandbox)
+        spec = started.spec
         cap = self.workspace.limits.output_cap_bytes
         out = OutputBuffer(cap, lossless=lossless)
         err = OutputBuffer(cap, lossless=lossless) if separate_stderr and not spec.tty else None
-        readers = [(out, readers_src[0])]
-        if len(readers_src) > 1:
-            readers.append((err or out, readers_src[1]))
+        readers = [(out, started.readers[0])]
+        if len(started.readers) > 1:
+            readers.append((err or out, started.readers[1]))
         self._counter += 1
         session = Session(
             id=f"s{self._counter}-{secrets.token_hex(3)}",
-            process=process,
+            process=started.process,
             argv=requested,
             tty=spec.tty,
             interactive=spec.interactive or spec.tty,
@@ -208,18 +193,52 @@ class ProcessRegistry:
             readers=readers,
             timeout_s=timeout_s,
             on_finish=self._finished,
-            group=group,
-            keeper=fast or group is None,  # the sandbox's fast-path helper is a subreaper too
+            group=started.group,
+            keeper=started.fast or started.group is None,  # the sandbox's fast-path helper is a subreaper too
+            sandboxed=sandbox is not None,
         )
         self._sessions[session.id] = session
-        if sandbox is not None and callable(getattr(sandbox[0], "command_ended", None)):
+        if sandbox is not None and isinstance(sandbox[0], SandboxCleanup):
             self._sandbox_ended[session.id] = sandbox[0].command_ended
         if operation_id is not None:
             await self.store.attach_process(operation_id, session.pid, proc_start_ticks(session.pid))
         self._tg.start_soon(session.run)
-        if writers:
-            self._tg.start_soon(feed_payloads, writers)
+        if started.writers:
+            self._tg.start_soon(feed_payloads, started.writers)
         return session
+
+    async def _spawn(self, spec: CommandSpec, sandbox: tuple[Sandbox, SandboxLayout] | None) -> _Started:
+        """Start the process by the road its spec and sandbox call for: the sandbox's fast path
+        (pipe sessions), the Terminal backend (tty), or a pipe spawn here."""
+        fast = sandbox is not None and not spec.tty and isinstance(sandbox[0], SandboxFastPath)
+        if sandbox is not None and not fast:
+            spec = sandbox[0].wrap(spec, sandbox[1])
+        spec, writers = prepare_inherited(spec)
+        group = None if fast else self.tracker.new_group()
+        try:
+            if fast:
+                pipe = await PipeProcess.launch(spec, *sandbox)
+                return _Started(spec, pipe, [lambda: pipe.read("stdout"), lambda: pipe.read("stderr")], group, writers, fast)
+            if spec.tty:
+                terminal = await self._spawn_terminal(spec, group)
+                return _Started(spec, _TerminalAdapter(terminal), [terminal.read], group, writers, fast)
+            pipe = PipeProcess.spawn(spec, group)
+            return _Started(spec, pipe, [lambda: pipe.read("stdout"), lambda: pipe.read("stderr")], group, writers, fast)
+        except BaseException:
+            if group is not None:
+                remove_tree(group)
+            raise
+        finally:
+            close_parent_copies(spec)
+
+    async def _spawn_terminal(self, spec: CommandSpec, group: Path | None) -> Any:
+        terminal = self.backends.terminal()
+        try:
+            resolve_program(spec)  # a missing program is named, not the stub's exit 127
+            spec = spec.model_copy(update={"argv": wrap_argv(group, spec.argv)})
+            return await terminal.spawn(spec)
+        except OSError as exc:
+            raise spawn_error(exc, spec) from exc
 
     async def _finished(self, session: Session) -> None:
         """Close the operation of a session whose exec call returned while it still ran."""

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from ..contract import ToolError
 from .buffer import OutputBuffer, complete_utf8_prefix
 from .kill import descendants, kill_session, kill_tree, members
 from .tracking import populated, signal_group
@@ -207,10 +208,57 @@ class Session:
         with anyio.move_on_after(DRAIN_AFTER_EXIT_S + 1):
             await self.finished.wait()
 
+    # -- what a client asks of it ----------------------------------------------------
+
+    async def feed_stdin(self, text: str, *, close: bool) -> None:
+        """Write the text exec was given for stdin; ``close`` ends stdin afterwards."""
+        await self.process.write(text.encode())
+        if close and hasattr(self.process, "close_stdin"):  # a terminal has no stdin of its own to close
+            self.process.close_stdin()
+
+    async def send(self, chars: str) -> None:
+        """Write to the running command's stdin or terminal."""
+        if not self.running:
+            raise ToolError(f"session {self.id} has exited; read_output returns what is left", code="exited")
+        await self.process.write(chars.encode())
+
+    def resize(self, rows: int, cols: int) -> None:
+        if not self.tty:
+            raise ToolError(f"session {self.id} is not a terminal; only tty=true sessions can be resized",
+                            code="not_a_terminal")
+        self.process.resize(rows, cols)
+
+    def detach(self) -> None:
+        """The exec call returned while the command still runs: the registry finishes its
+        operation record when it ends."""
+        self.detached = True
+
+    def still_needed(self) -> bool:
+        """Must the registry keep it? While it runs, until it has finished, and while output is
+        left unread; after that nothing can be asked of it."""
+        return self.running or self.has_unread() or not self.finished.is_set()
+
+    def duration_ms(self) -> int:
+        return int(((self.ended_at or time.monotonic()) - self.started) * 1000)
+
     # -- output ---------------------------------------------------------------------
 
     def output_total(self) -> int:
         return self.out.total + (self.err.total if self.err else 0)
+
+    def has_unread(self) -> bool:
+        return self.delivered < self.out.total or (self.err is not None and self.delivered_err < self.err.total)
+
+    def unread_bytes(self) -> int:
+        return (self.out.total - self.delivered) + ((self.err.total - self.delivered_err) if self.err else 0)
+
+    def caught_up(self, after: int | None = None) -> bool:
+        """Is the cursor (or ``after``) at the end of stdout, or of the merged output?"""
+        return (self.delivered if after is None else after) >= self.out.total
+
+    def output_tail(self) -> str:
+        """The last output kept, as text (for recognising an error message)."""
+        return self.out.tail_text()
 
     async def wait_for(self, *, deadline: float, quiet_s: float | None, baseline: int) -> None:
         """Return at the deadline, when the command has finished, or — with ``quiet_s`` —

@@ -19,11 +19,11 @@ import shutil
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 
 from ..contract import CommandSpec, FsError, ToolError
+from ..contract.sandbox import SandboxFastPath, SandboxLayout
 from ..fdio import (
     arm_parent_death_signal,
     read_some,
@@ -156,7 +156,7 @@ class PipeProcess:
         return cls(popen.pid, *fds, wait, lambda: os.close(pidfd))
 
     @classmethod
-    async def launch(cls, spec: CommandSpec, sandbox: Any, layout: Any) -> PipeProcess:
+    async def launch(cls, spec: CommandSpec, sandbox: SandboxFastPath, layout: SandboxLayout) -> PipeProcess:
         """Start through a sandbox's fast path: we make the pipes, it makes the process."""
         child_in = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) if not spec.interactive else None
         ours_in = None

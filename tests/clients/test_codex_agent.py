@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from codespace.tools.commands import MAX_YIELD_MS
+from codespace.tools.command_models import MAX_YIELD_MS
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
