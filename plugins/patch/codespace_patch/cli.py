@@ -69,10 +69,10 @@ def _read_patch(args: list[str]) -> tuple[str | None, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .hardening import HardeningError, harden
+    from codespace.contract.hardening import HardeningError, harden_process
 
     try:
-        harden()
+        harden_process()
     except HardeningError as exc:
         _err(f"codespace-apply-patch: refusing to run: {exc}\n")
         return exc.exit_code

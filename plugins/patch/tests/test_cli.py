@@ -96,26 +96,11 @@ def test_console_script_is_installed(ws, env, tmp_path):
     assert (ws / "a.txt").read_text() == "x\n"
 
 
-HARDENING_PROBE = """
-import ctypes, os, resource, sys
-from codespace_patch.hardening import harden
-harden()
-libc = ctypes.CDLL(None)
-print(libc.prctl(3, 0, 0, 0, 0), resource.getrlimit(resource.RLIMIT_CORE), sorted(k for k in os.environ if k.startswith("LD_")))
-"""
-
-
-def test_hardening():
-    env = {**os.environ, "LD_PRELOAD": "", "LD_LIBRARY_PATH": "/nonexistent", "LD_FOO": "1"}
-    done = subprocess.run([sys.executable, "-c", HARDENING_PROBE], env=env, capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == "0 (0, 0) []", done.stderr
-
-
 def test_hardening_failure_is_fatal_with_its_own_exit_code(ws):
     probe = (
-        "import sys, codespace_patch.hardening as h\n"
-        "def fail(): raise h.HardeningError('prctl(PR_SET_DUMPABLE, 0) failed: test', h.EXIT_PRCTL_FAILED)\n"
-        "h.harden = fail\n"
+        "import sys, codespace.contract.hardening as h\n"
+        "def fail(): raise h.HardeningError('prctl(PR_SET_DUMPABLE, 0) failed: test', h.PRCTL_FAILED_EXIT_CODE)\n"
+        "h.harden_process = fail\n"
         "from codespace_patch.cli import main\n"
         "sys.exit(main(['*** Begin Patch\\n*** Add File: a\\n+x\\n*** End Patch']))\n"
     )
