@@ -1,13 +1,15 @@
-"""The backends serving one workspace, obtained lazily through the plugin facade."""
+"""The backends serving one workspace, obtained lazily through the plugin facade
+(the contract's :class:`~codespace.contract.Backends`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import sandboxing
 from .contract import BackendMissing
 
 if TYPE_CHECKING:
-    from .contract import FileSystem, Patcher, Sandbox, Terminal
+    from .contract import FileSystem, Patcher, Sandbox, SandboxDecision, Terminal
     from .plugins import Plugins
     from .workspace import Workspace
 
@@ -52,6 +54,9 @@ class Backends:
 
     def sandbox(self) -> Sandbox | None:
         return self._get("sandbox")[0]
+
+    def sandbox_decision(self) -> SandboxDecision:
+        return sandboxing.decide(self._workspace, self)
 
     def providers(self) -> dict[str, str | None]:
         """Which plugin serves each backend (None: nobody)."""

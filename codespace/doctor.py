@@ -4,27 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from . import kernel
+from .contract.checks import Check
 
 if TYPE_CHECKING:
     from .app import App
-
-
-@dataclass(frozen=True)
-class Check:
-    """One doctor line: what was checked, whether it is fine, and how to fix it."""
-
-    name: str
-    ok: bool
-    detail: str
-    hint: str = ""
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def _python() -> Check:

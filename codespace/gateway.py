@@ -20,7 +20,7 @@ import anyio
 from pydantic import BaseModel, ValidationError
 
 from .contract import BackendMissing, Refused, ToolError
-from .policy import Refusal, normalize, validate_agent_path
+from .policy import normalize, validate_agent_path
 from .store import OperationRecord
 from .surrogates import describe as describe_surrogate
 from .surrogates import find_lone_surrogate
@@ -103,12 +103,6 @@ def describe_validation_error(tool: str, exc: ValidationError) -> str:
     return f"invalid arguments for {tool}: " + "; ".join(problems) + ". Check the tool's input schema and call again."
 
 
-class _Refused(Exception):
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(refusal.message)
-        self.refusal = refusal
-
-
 class Gateway:
     def __init__(
         self,
@@ -141,7 +135,7 @@ class Gateway:
         limit = self.workspace.limits.max_argument_bytes
         size = _argument_bytes(raw_args)
         if size > limit:
-            refusal = Refusal(
+            refusal = Refused(
                 "limits.max_argument_bytes",
                 f"refused by policy: the arguments are {size} bytes and limits.max_argument_bytes is {limit}. "
                 "To proceed: split the work into smaller calls (for example several smaller patches or writes).",
@@ -162,14 +156,14 @@ class Gateway:
         )
         try:
             args, needs = self._resolve_paths(tool, args)
-        except _Refused as refused:
-            return await self._record_refusal(tool, None, refused.refusal, raw_args, client)
+        except Refused as refused:
+            return await self._record_refusal(tool, None, refused, raw_args, client)
 
         if not tool.side_effects:
             try:
                 self._check(tool, args, call, needs)
-            except _Refused as refused:
-                return await self._record_refusal(tool, None, refused.refusal, raw_args, client)
+            except Refused as refused:
+                return await self._record_refusal(tool, None, refused, raw_args, client)
             except ToolError as exc:
                 return _error(exc.code, exc.message, exc.details)
             return await self._run(tool, args, call)
@@ -199,8 +193,8 @@ class Gateway:
         try:
             try:
                 self._check(tool, args, call, needs)
-            except _Refused as refused:
-                return await self._finish_refused(tool, operation_id, refused.refusal)
+            except Refused as refused:
+                return await self._finish_refused(tool, operation_id, refused)
             except ToolError as exc:
                 # Nothing ran (no backend, a patch that does not parse): the key stays free for a retry.
                 await self.store.forget(operation_id)
@@ -264,9 +258,9 @@ class Gateway:
     def _normalize(self, raw: str) -> str:
         problem = validate_agent_path(raw)
         if problem is not None:
-            raise _Refused(Refusal(
+            raise Refused(
                 "path syntax", f"refused: {problem} (rule: path syntax; path {raw!r}). To proceed: pass a valid path."
-            ))
+            )
         return normalize(raw, str(self.workspace.root))
 
     def _resolve_paths(self, tool: ToolDefinition, args: BaseModel) -> tuple[BaseModel, Needs]:
@@ -286,10 +280,7 @@ class Gateway:
     def _check(self, tool: ToolDefinition, args: BaseModel, call: ToolCall, static: Needs) -> None:
         needs = static
         if tool.needs is not None:
-            try:
-                dynamic = tool.needs(args, call)
-            except Refused as refused:
-                raise _Refused(Refusal(refused.rule, refused.message)) from None
+            dynamic = tool.needs(args, call)  # may raise Refused (e.g. a sandbox the policy requires)
             needs = Needs(
                 read=[*static.read, *(self._normalize(p) for p in dynamic.read)],
                 write=[*static.write, *(self._normalize(p) for p in dynamic.write)],
@@ -301,26 +292,26 @@ class Gateway:
         for path in needs.read:
             refusal = rules.check(path, "read")
             if refusal is not None:
-                raise _Refused(refusal)
+                raise refusal
         for path in needs.write:
             refusal = rules.check(path, "write")
             if refusal is not None:
-                raise _Refused(refusal)
+                raise refusal
         for path in needs.write_through:
             refusal = rules.check(path, "write", follow_leaf=True)
             if refusal is not None:
-                raise _Refused(refusal)
+                raise refusal
         for argv in needs.argv:
             refusal = self.workspace.commands.check_argv(argv)
             if refusal is not None:
-                raise _Refused(refusal)
+                raise refusal
         for script in needs.shell:
             refusal = self.workspace.commands.check_shell(script)
             if refusal is not None:
-                raise _Refused(refusal)
+                raise refusal
 
     async def _record_refusal(
-        self, tool: ToolDefinition, operation_id: str | None, refusal: Refusal, raw_args: dict[str, Any], client: str | None
+        self, tool: ToolDefinition, operation_id: str | None, refusal: Refused, raw_args: dict[str, Any], client: str | None
     ) -> Outcome:
         operation_id = operation_id or new_operation_id()
         outcome = _refusal_outcome(refusal, operation_id)
@@ -334,7 +325,7 @@ class Gateway:
         log.info("refused %s (%s): %s", tool.name, refusal.rule, refusal.message)
         return outcome
 
-    async def _finish_refused(self, tool: ToolDefinition, operation_id: str, refusal: Refusal) -> Outcome:
+    async def _finish_refused(self, tool: ToolDefinition, operation_id: str, refusal: Refused) -> Outcome:
         outcome = _refusal_outcome(refusal, operation_id)
         await self.store.finish(operation_id, "refused", result=outcome.stored(), error=refusal.message, rule=refusal.rule)
         log.info("refused %s (%s): %s", tool.name, refusal.rule, refusal.message)
@@ -357,13 +348,11 @@ class Gateway:
             if operation_id is not None:
                 await self.store.forget(operation_id)
             return _error(exc.code, exc.message, exc.details)
+        except Refused as refusal:  # a backend's own policy check (e.g. where a followed link led)
+            if operation_id is None:
+                return await self._record_refusal(tool, None, refusal, {}, call.client)
+            return await self._finish_refused(tool, operation_id, refusal)
         except ToolError as exc:
-            rule = _refusal_rule(exc)
-            if rule is not None:  # a backend's own policy check (e.g. where a followed link led)
-                refusal = Refusal(rule, exc.message)
-                if operation_id is None:
-                    return await self._record_refusal(tool, None, refusal, {}, call.client)
-                return await self._finish_refused(tool, operation_id, refusal)
             outcome = _error(exc.code, exc.message, exc.details, operation_id)
             if operation_id is not None:
                 await self.store.finish(operation_id, "failed", result=outcome.stored(), error=exc.message)
@@ -390,14 +379,6 @@ class Gateway:
         return Outcome(False, tool.render_text(result, structured), structured)
 
 
-def _refusal_rule(exc: ToolError) -> str | None:
-    if isinstance(exc, Refused):
-        return exc.rule
-    if exc.code == "refused":
-        return str(exc.details.get("rule") or "backend policy check")
-    return None
-
-
 def _error(code: str, message: str, details: dict[str, Any] | None = None, operation_id: str | None = None) -> Outcome:
     error: dict[str, Any] = {"code": code, "message": message}
     if details:
@@ -407,6 +388,6 @@ def _error(code: str, message: str, details: dict[str, Any] | None = None, opera
     return Outcome(True, message, None, error)
 
 
-def _refusal_outcome(refusal: Refusal, operation_id: str) -> Outcome:
+def _refusal_outcome(refusal: Refused, operation_id: str) -> Outcome:
     error = {"code": "refused", "rule": refusal.rule, "message": refusal.message, "operation_id": operation_id}
     return Outcome(True, refusal.message, None, error)

@@ -2,8 +2,13 @@
 
 A plugin is a module (or object) registered under the entry-point group
 ``codespace.plugins`` whose functions are marked with :data:`codespace.hookimpl`.
-Hooks are synchronous and are called at start-up or once per workspace; what they
-return (backends, tools) exposes ``async`` methods that the server awaits.
+Hooks are synchronous; what they return (backends, tools) exposes ``async``
+methods that the server awaits. Everything a hook receives or returns is a type
+of :mod:`codespace.contract`, the plugin API.
+
+Each hook says where it runs (``Runs in``: the server, ``codespace doctor``, the
+patch helper ``codespace-apply-patch``, other CLI commands), how often, and since
+which version of ``codespace`` it has its current form (``Version``).
 
 Hooks that *provide a backend* are ``firstresult``: the first non-None result wins,
 so a plugin that cannot serve a workspace (missing kernel feature, wrong platform)
@@ -22,12 +27,8 @@ import pluggy
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from .backends import Backends
-    from .contract import FileSystem, Patcher, Sandbox, Terminal
-    from .doctor import Check
-    from .store import OperationStore
+    from .contract import Backends, Check, FileSystem, NetworkAudit, Patcher, Sandbox, Terminal, WorkspaceView
     from .tooling import ToolRegistrar
-    from .workspace import Workspace
 
     Service = Callable[[], Awaitable[None]]
 
@@ -39,7 +40,7 @@ hookspec = pluggy.HookspecMarker("codespace")
 
 
 @hookspec
-def codespace_startup(workspace: Workspace, backends: Backends) -> None:
+def codespace_startup(workspace: WorkspaceView, backends: Backends) -> None:
     """Prepare the plugin for serving ``workspace``; recover from an earlier crash.
 
     Called once when a server starts on a workspace, after the operation store has
@@ -49,8 +50,11 @@ def codespace_startup(workspace: Workspace, backends: Backends) -> None:
     readiness waits for it.
 
     :param workspace: The workspace about to be served.
-    :param backends: The workspace's backends (:class:`codespace.backends.Backends`),
+    :param backends: The workspace's backends (:class:`codespace.contract.Backends`),
         e.g. the file system to roll a half-applied change back through.
+
+    Runs in: the server, once per served workspace, before it is ready.
+    Version: 0.1; ``backends`` is typed as the contract's ``Backends`` since 0.2.
 
     .. note:: An exception raised here is reported and disables nothing else; the
        plugin's backends are still offered.
@@ -58,7 +62,7 @@ def codespace_startup(workspace: Workspace, backends: Backends) -> None:
 
 
 @hookspec
-def codespace_services(workspace: Workspace, backends: Backends, store: OperationStore) -> list[Service] | None:
+def codespace_services(workspace: WorkspaceView, backends: Backends, store: NetworkAudit) -> list[Service] | None:
     """Provide long-running async services (e.g. an egress proxy).
 
     Called once at server start, after :func:`codespace_startup`. Each service is an
@@ -67,21 +71,29 @@ def codespace_services(workspace: Workspace, backends: Backends, store: Operatio
     the server goes on.
 
     :param workspace: The workspace being served.
-    :param backends: The workspace's backends.
-    :param store: The operation store (e.g. to write an audit trail with
-        ``record_network``).
+    :param backends: The workspace's backends; ``backends.sandbox_decision()`` says
+        whether the core confines commands with this plugin's sandbox (a service
+        that only serves confined commands checks it instead of deciding itself).
+    :param store: Where network decisions are recorded
+        (:class:`codespace.contract.NetworkAudit`: ``record_network``).
     :return: A list of async callables, or None.
+
+    Runs in: the server, once per served workspace, after ``codespace_startup``.
+    Version: 0.1; ``store`` is typed as ``NetworkAudit`` since 0.2.
     """
 
 
 @hookspec
-def codespace_doctor(workspace: Workspace) -> list[Check] | None:
+def codespace_doctor(workspace: WorkspaceView) -> list[Check] | None:
     """Report environment checks for ``codespace doctor``.
 
     :param workspace: The workspace being diagnosed (its policy may be the default).
-    :return: A list of :class:`codespace.doctor.Check`, one per thing the plugin
+    :return: A list of :class:`codespace.contract.Check`, one per thing the plugin
         depends on (a kernel feature, an executable), each with a hint that tells an
         operator how to fix a problem.
+
+    Runs in: ``codespace doctor`` (its own process, never the server), once per run.
+    Version: 0.1; ``Check`` lives in ``codespace.contract`` since 0.2.
     """
 
 
@@ -91,7 +103,7 @@ def codespace_doctor(workspace: Workspace) -> list[Check] | None:
 
 
 @hookspec(firstresult=True)
-def codespace_filesystem(workspace: Workspace) -> FileSystem | None:
+def codespace_filesystem(workspace: WorkspaceView) -> FileSystem | None:
     """Provide the file-system backend for ``workspace``.
 
     The backend performs the file tools (``read_file``, ``write_file``, ``list_dir``,
@@ -104,12 +116,17 @@ def codespace_filesystem(workspace: Workspace) -> FileSystem | None:
     :return: An object implementing :class:`codespace.contract.FileSystem`, or None
         to let another plugin answer.
 
+    Runs in: the server (once per workspace, when a backend is first needed, then
+    cached), the patch helper ``codespace-apply-patch`` (once per run) and
+    ``codespace doctor`` (to name the provider).
+    Version: 0.1.
+
     .. note:: Stops at the first non-None result.
     """
 
 
 @hookspec(firstresult=True)
-def codespace_patcher(workspace: Workspace) -> Patcher | None:
+def codespace_patcher(workspace: WorkspaceView) -> Patcher | None:
     """Provide the patch backend (``apply_patch``) for ``workspace``.
 
     The patcher reads and writes files only through the :class:`FileSystem`
@@ -118,23 +135,31 @@ def codespace_patcher(workspace: Workspace) -> Patcher | None:
     :param workspace: The workspace to serve.
     :return: An object implementing :class:`codespace.contract.Patcher`, or None.
 
+    Runs in: the server (once per workspace, at the first ``apply_patch``, then
+    cached) and ``codespace doctor``.
+    Version: 0.1.
+
     .. note:: Stops at the first non-None result.
     """
 
 
 @hookspec(firstresult=True)
-def codespace_terminal(workspace: Workspace) -> Terminal | None:
+def codespace_terminal(workspace: WorkspaceView) -> Terminal | None:
     """Provide the terminal backend used for ``exec(tty=true)`` sessions.
 
     :param workspace: The workspace to serve.
     :return: An object implementing :class:`codespace.contract.Terminal`, or None.
 
+    Runs in: the server (once per workspace, at the first ``exec(tty=true)``, then
+    cached) and ``codespace doctor``.
+    Version: 0.1.
+
     .. note:: Stops at the first non-None result.
     """
 
 
 @hookspec(firstresult=True)
-def codespace_sandbox(workspace: Workspace) -> Sandbox | None:
+def codespace_sandbox(workspace: WorkspaceView) -> Sandbox | None:
     """Provide the sandbox backend that wraps command specs for ``workspace``.
 
     The host asks the sandbox to wrap every command it spawns when the policy
@@ -146,7 +171,12 @@ def codespace_sandbox(workspace: Workspace) -> Sandbox | None:
         A backend whose engines do not work on this host should still be returned,
         with ``info().available`` false and the reason in ``info().detail``, so the
         host can say why commands run unsandboxed (or refuse them when the policy
-        requires a sandbox).
+        requires a sandbox). The core, not the backend, decides whether it is used
+        (``Backends.sandbox_decision``); ``info().engines`` lists the engine names
+        ``sandbox.engine`` may choose.
+
+    Runs in: the server (once per workspace, then cached) and ``codespace doctor``.
+    Version: 0.1; ``SandboxInfo.engines`` since 0.2.
 
     .. note:: Stops at the first non-None result.
     """
@@ -168,5 +198,9 @@ def codespace_register_tools(register: ToolRegistrar) -> None:
     name already taken is reported as a plugin error and the later tool is
     dropped.
 
-    :param register: Callable taking one :class:`ToolDefinition`.
+    :param register: Callable taking one :class:`codespace.contract.ToolDefinition`.
+
+    Runs in: every process that assembles a server (the server itself, ``codespace
+    plugins``, ``codespace doctor``), once per process, before a workspace is served.
+    Version: 0.1.
     """

@@ -11,18 +11,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .contract import Refused, Sandbox, SandboxLayout
+from .contract.backends import SandboxDecision
+from .contract.errors import Refused
+from .contract.sandbox import SandboxLayout
 
 if TYPE_CHECKING:
-    from .backends import Backends
+    from .contract.backends import Backends
     from .workspace import Workspace
-
-
-@dataclass(frozen=True)
-class SandboxDecision:
-    backend: Sandbox | None
-    note: str | None  # why a command runs unsandboxed, when it does
-    layout: SandboxLayout | None = None  # what ``backend`` confines the command to
 
 
 def layout_for(workspace: Workspace) -> SandboxLayout:

@@ -8,10 +8,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .policy import CommandRules, PathRule, PathRules, Policy, PolicyError, load_policy
+from .policy import CommandRules, Limits, PathRule, PathRules, Policy, PolicyError, load_policy
 from .policy.paths import split_parts
 
 POLICY_FILE_IN_WORKSPACE = Path(".codespace") / "policy.toml"
+PATCH_JOURNAL_DIR = "patch-journal"
 
 
 class WorkspaceError(Exception):
@@ -132,8 +133,12 @@ class Workspace:
         return self.policy.filesystem.hardlinks == "refuse" and any(r.access == "none" for r in self.paths.rules)
 
     @property
-    def limits(self):  # noqa: ANN201 - the Limits model
+    def limits(self) -> Limits:
         return self.policy.limits
+
+    @property
+    def patch_journal(self) -> Path:
+        return self.state_dir / PATCH_JOURNAL_DIR
 
     def ensure_state_dir(self) -> Path:
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

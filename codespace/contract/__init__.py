@@ -1,83 +1,76 @@
-"""The runner contract: what the host asks of plugin backends, in CodeSpace's own types.
+"""The plugin API: everything a plugin may use of the core, in CodeSpace's own types.
 
-No plugin type crosses this line: a plugin converts these models to whatever its
-mechanism needs.
+A plugin imports only from ``codespace.contract`` (and its submodules) and takes
+``codespace.hookimpl`` to mark its hooks; every other module of ``codespace`` is
+internal and may change in any release (``tests/test_plugin_api.py`` fails when a
+plugin under ``plugins/`` imports one). No plugin type crosses this line: a plugin
+converts these models to whatever its mechanism needs.
+
+Stability: the names in ``__all__`` are stable within a major version of the
+``codespace`` distribution. Adding a name, an optional field or an optional backend
+method is a minor release; removing or renaming one, or changing what a field means,
+is a major release and is noted in the README's hook table. Plugins declare the range
+they support as a ``codespace`` requirement in their package metadata.
+
+Names load on first use, so that one-shot helper processes (the patch helper, the
+sandbox helper) pay only for what they touch.
 """
 
-from .commands import CommandSpec, Terminal, TerminalProcess
-from .errors import BackendMissing, FsError, Refused, ToolError
-from .files import (
-    DirEntry,
-    EntryError,
-    FileKind,
-    FileSystem,
-    InvalidUtf8,
-    ListDirRequest,
-    ListDirResult,
-    MakeDirRequest,
-    MakeDirResult,
-    MoveRequest,
-    MoveResult,
-    ReadFileRequest,
-    ReadFileResult,
-    RemoveRequest,
-    RemoveResult,
-    StatRequest,
-    StatResult,
-    WalkEntry,
-    WalkRequest,
-    WalkResult,
-    WriteFileRequest,
-    WriteFileResult,
-)
-from .patches import (
-    ChangedFile,
-    Patcher,
-    PatchPlan,
-    PatchRequest,
-    PatchResult,
-    PatchTarget,
-)
-from .sandbox import LaunchedProcess, Sandbox, SandboxInfo, SandboxLayout
+from __future__ import annotations
 
-__all__ = [
-    "BackendMissing",
-    "ChangedFile",
-    "CommandSpec",
-    "DirEntry",
-    "EntryError",
-    "FileKind",
-    "FileSystem",
-    "FsError",
-    "InvalidUtf8",
-    "LaunchedProcess",
-    "ListDirRequest",
-    "ListDirResult",
-    "MakeDirRequest",
-    "MakeDirResult",
-    "MoveRequest",
-    "MoveResult",
-    "PatchPlan",
-    "PatchRequest",
-    "PatchResult",
-    "PatchTarget",
-    "Patcher",
-    "ReadFileRequest",
-    "Refused",
-    "ReadFileResult",
-    "RemoveRequest",
-    "RemoveResult",
-    "Sandbox",
-    "SandboxInfo",
-    "SandboxLayout",
-    "StatRequest",
-    "StatResult",
-    "Terminal",
-    "TerminalProcess",
-    "ToolError",
-    "WalkEntry",
-    "WalkRequest",
-    "WalkResult",
-    "WriteFileRequest",
-    "WriteFileResult",
-]
+import importlib
+from typing import Any
+
+# name -> module that defines it (relative to this package, or absolute in the core)
+_EXPORTS = {
+    # errors: what a backend raises for the agent to act on
+    "ToolError": ".errors", "FsError": ".errors", "Refused": ".errors", "BackendMissing": ".errors",
+    # the workspace and the core's decisions, as plugins see them
+    "WorkspaceView": ".workspace", "Backends": ".backends", "SandboxDecision": ".backends",
+    "Policy": "codespace.policy.model", "Limits": "codespace.policy.model",
+    "FilesystemPolicy": "codespace.policy.model", "NetworkPolicy": "codespace.policy.model",
+    "SandboxPolicy": "codespace.policy.model", "PathRules": "codespace.policy.paths",
+    "normalize": "codespace.policy.paths",
+    # doctor
+    "Check": ".checks",
+    # commands and terminals
+    "CommandSpec": ".commands", "Terminal": ".commands", "TerminalProcess": ".commands",
+    # sandbox
+    "LaunchedProcess": ".sandbox", "Sandbox": ".sandbox", "SandboxInfo": ".sandbox", "SandboxLayout": ".sandbox",
+    # files
+    "DirEntry": ".files", "EntryError": ".files", "FileKind": ".files", "FileSystem": ".files",
+    "InvalidUtf8": ".files", "ListDirRequest": ".files", "ListDirResult": ".files", "MakeDirRequest": ".files",
+    "MakeDirResult": ".files", "MoveRequest": ".files", "MoveResult": ".files", "ReadFileRequest": ".files",
+    "ReadFileResult": ".files", "RemoveRequest": ".files", "RemoveResult": ".files", "StatRequest": ".files",
+    "StatResult": ".files", "WalkEntry": ".files", "WalkRequest": ".files", "WalkResult": ".files",
+    "WriteFileRequest": ".files", "WriteFileResult": ".files",
+    # patches
+    "ChangedFile": ".patches", "Patcher": ".patches", "PatchPlan": ".patches", "PatchRequest": ".patches",
+    "PatchResult": ".patches", "PatchTarget": ".patches",
+    # tools a plugin adds (codespace_register_tools)
+    "ToolDefinition": "codespace.tooling", "ToolCall": "codespace.tooling", "ToolRegistrar": "codespace.tooling",
+    "OperationArgs": "codespace.tooling", "Needs": "codespace.tooling",
+    "Strict": "codespace.models", "Model": "codespace.models",
+    "proc_start_ticks": "codespace.store.base",
+    # network audit (the egress proxy's trail in the operation store)
+    "NetworkEvent": "codespace.store.base", "NetworkAudit": ".network",
+    # running blocking work and descriptors without blocking the server
+    "run_cancellable": "codespace.threads",
+    "read_some": "codespace.fdio", "write_all": "codespace.fdio", "wait_exit": "codespace.fdio",
+    "signal_group": "codespace.fdio", "arm_parent_death_signal": "codespace.fdio",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    where = _EXPORTS.get(name)
+    if where is None:
+        raise AttributeError(f"module 'codespace.contract' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

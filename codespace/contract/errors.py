@@ -84,14 +84,31 @@ def _code_for(errno: int | None) -> str:
 
 
 class Refused(ToolError):
-    """A policy refusal found while preparing a call (e.g. a sandbox the policy requires
-    is not available). The gateway records it as ``refused`` with ``rule``."""
+    """A policy refusal: the one answer to "what do I raise" for whoever enforces a rule.
+
+    The core's policy checks return one (``PathRules.check``, ``CommandRules.check_argv``),
+    the gateway raises it while preparing a call, and a backend raises it when what it
+    met on its own (where a followed link led, an entry inside a tree being removed) is
+    something the policy forbids. The gateway records the call as ``refused`` with
+    ``rule`` (the policy key or rule name that decided) and shows ``message`` (why, and
+    what to do instead) to the agent.
+    """
 
     code = "refused"
 
-    def __init__(self, rule: str, message: str) -> None:
-        super().__init__(message, details={"rule": rule})
+    def __init__(self, rule: str, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, details={**(details or {}), "rule": rule})
         self.rule = rule
+
+    def __eq__(self, other: object) -> bool:
+        # Policy checks compare decisions (tests, caches): same rule, same message.
+        return isinstance(other, Refused) and (self.rule, self.message) == (other.rule, other.message)
+
+    def __hash__(self) -> int:
+        return hash((self.rule, self.message))
+
+    def __repr__(self) -> str:
+        return f"Refused(rule={self.rule!r}, message={self.message!r})"
 
 
 class BackendMissing(ToolError):

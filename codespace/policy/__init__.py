@@ -3,7 +3,7 @@
 from .commands import CommandRules, split_shell
 from .env import build_env, refused_extra
 from .model import Access, Limits, Policy, PolicyError, load_policy
-from .paths import PathRule, PathRules, Refusal, normalize, validate_agent_path
+from .paths import PathRule, PathRules, normalize, validate_agent_path
 
 __all__ = [
     "Access",
@@ -13,7 +13,6 @@ __all__ = [
     "PathRules",
     "Policy",
     "PolicyError",
-    "Refusal",
     "build_env",
     "load_policy",
     "normalize",

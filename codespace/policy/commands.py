@@ -19,7 +19,7 @@ import shlex
 from collections.abc import Iterator
 
 from .model import CommandRule, CommandsPolicy
-from .paths import Refusal
+from ..contract.errors import Refused
 
 _SEPARATORS = {"&&", "||", ";", "|", "&", "|&", ";;", "(", ")", "\n"}
 _REDIRECTS = {">", ">>", "<", "<<", "<<<", ">&", "<&", "&>", "&>>", ">|", "<>"}
@@ -158,10 +158,10 @@ class CommandRules:
     def __init__(self, policy: CommandsPolicy) -> None:
         self.policy = policy
 
-    def check_argv(self, argv: list[str]) -> Refusal | None:
+    def check_argv(self, argv: list[str]) -> Refused | None:
         return self._check(list(expand(argv)), shown=shlex.join(argv))
 
-    def check_shell(self, script: str) -> Refusal | None:
+    def check_shell(self, script: str) -> Refused | None:
         commands, opaque = split_shell(script)
         seen: list[tuple[list[str], bool]] = []
         for command in commands:
@@ -170,11 +170,11 @@ class CommandRules:
             seen.append(([], True))
         return self._check(seen, shown=script)
 
-    def _check(self, seen: list[tuple[list[str], bool]], shown: str) -> Refusal | None:
+    def _check(self, seen: list[tuple[list[str], bool]], shown: str) -> Refused | None:
         allowed_any = False
         for argv, opaque in seen:
             if opaque and self.policy.opaque_shell == "deny":
-                return Refusal(
+                return Refused(
                     "commands.opaque_shell",
                     f"refused by policy: the command {_short(shown)} contains parts that cannot be checked "
                     "statically (command substitution, eval, source, a heredoc or a variable as program) and "
@@ -186,7 +186,7 @@ class CommandRules:
                 if _rule_matches(rule, argv):
                     if rule.decision == "deny":
                         reason = f": {rule.reason}" if rule.reason else ""
-                        return Refusal(
+                        return Refused(
                             f"commands.rules[{index}]",
                             f"refused by policy: {shlex.join(argv)!s} matches {_describe(index, rule)}, "
                             f"decision deny{reason}. To proceed: run a different command or ask the operator.",
@@ -195,13 +195,13 @@ class CommandRules:
         if self.policy.default == "deny":
             for argv, _ in seen:
                 if argv and not any(r.decision == "allow" and _rule_matches(r, argv) for r in self.policy.rules):
-                    return Refusal(
+                    return Refused(
                         "commands.default",
                         f"refused by policy: no allow rule matches {shlex.join(argv)} and commands.default = 'deny'. "
                         "To proceed: use a command the policy allows (see workspace_info).",
                     )
             if not allowed_any:
-                return Refusal("commands.default", "refused by policy: commands.default = 'deny' and no command found")
+                return Refused("commands.default", "refused by policy: commands.default = 'deny' and no command found")
         return None
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ..contract.errors import Refused
 from .model import Access, FilesystemPolicy
 
 PATH_MAX = 4096
@@ -23,15 +24,6 @@ NAME_MAX = 255
 _RESTRICTIVENESS = {"none": 2, "read": 1, "write": 0}
 
 Need = Literal["read", "write"]
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A policy decision against a request: the rule that refused it and an
-    agent-facing message saying why and what to do instead."""
-
-    rule: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -156,30 +148,30 @@ class PathRules:
                 return "/" + "/".join(anchored)
         return None
 
-    def check_exact(self, path: str, need: Need) -> Refusal | None:
+    def check_exact(self, path: str, need: Need) -> Refused | None:
         """Check ``path`` exactly as given (no link resolution): for a backend that has already
         resolved the object it reached, e.g. from ``/proc/self/fd``."""
         rule = self.match(path)
         if rule is None:
-            return Refusal(
+            return Refused(
                 "filesystem.paths (no entry)",
                 f"no filesystem.paths entry covers {path}; access is none",
             )
         if rule.access == "none":
-            return Refusal(rule.source, f"{rule.source} = 'none' forbids any access to {path}")
+            return Refused(rule.source, f"{rule.source} = 'none' forbids any access to {path}")
         if need == "write":
             if rule.access == "read":
-                return Refusal(rule.source, f"{rule.source} = 'read' makes {path} read-only")
+                return Refused(rule.source, f"{rule.source} = 'read' makes {path} read-only")
             protected = self.protected_part(path, rule)
             if protected is not None:
-                return Refusal(
+                return Refused(
                     "filesystem.protected",
                     f"{path} is inside protected path '{protected}' (rule filesystem.protected), "
                     "which stays read-only inside writable roots",
                 )
         return None
 
-    def check(self, path: str, need: Need, *, follow_leaf: bool | None = None) -> Refusal | None:
+    def check(self, path: str, need: Need, *, follow_leaf: bool | None = None) -> Refused | None:
         """Check ``path`` as written and as its existing prefix resolves.
 
         By default a write does not follow a final link (the backend replaces or
@@ -201,16 +193,16 @@ class PathRules:
             refusal = self.check_exact(real, need)
             if refusal is not None:
                 return _with_hint(
-                    Refusal(refusal.rule, f"{path} resolves through a symbolic link to {real}: {refusal.message}"),
+                    Refused(refusal.rule, f"{path} resolves through a symbolic link to {real}: {refusal.message}"),
                     need,
                 )
         return None
 
 
-def _with_hint(refusal: Refusal, need: Need) -> Refusal:
+def _with_hint(refusal: Refused, need: Need) -> Refused:
     hint = (
         "write somewhere the policy makes writable (see workspace_info), or ask the operator to change the policy"
         if need == "write"
         else "read only paths the policy allows (see workspace_info), or ask the operator to change the policy"
     )
-    return Refusal(refusal.rule, f"refused by policy: {refusal.message}. To proceed: {hint}.")
+    return Refused(refusal.rule, f"refused by policy: {refusal.message}. To proceed: {hint}.")

@@ -7,8 +7,6 @@ from ..contract.patches import PatchMode
 from ..plugins import hookimpl
 from ..tooling import Needs, OperationArgs, ToolCall, ToolDefinition, ToolRegistrar
 
-JOURNAL_DIR = "patch-journal"
-
 
 class ApplyPatchArgs(OperationArgs):
     patch: str = Field(description="The patch: '*** Begin Patch', then Add/Update/Delete File sections, '*** End Patch'.")
@@ -39,7 +37,8 @@ def _render(result: PatchResult) -> str:
 
 async def apply_patch(call: ToolCall, args: ApplyPatchArgs) -> PatchResult:
     request = PatchRequest(patch=args.patch, mode=args.mode, dry_run=args.dry_run, cwd=str(call.workspace.root))
-    journal = call.workspace.ensure_state_dir() / JOURNAL_DIR
+    call.workspace.ensure_state_dir()
+    journal = call.workspace.patch_journal
     return await call.backends.patcher().apply(request, call.backends.filesystem(), journal)
 
 

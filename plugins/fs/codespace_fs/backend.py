@@ -7,7 +7,7 @@ event loop: stat, kind, make_dir, a non-recursive remove, reads of files up to
 holds whole (asked with ``RWF_NOWAIT``, so a cold file never stalls the loop),
 unflushed writes up to ``INLINE_COPY_BYTES`` and listings of small directories.
 Work that can be long runs on a worker thread: walks and recursive removals
-through :func:`codespace.threads.run_cancellable` (a cancelled call stops the walk
+through :func:`codespace.contract.run_cancellable` (a cancelled call stops the walk
 between directories instead of running on unseen), writes that fsync, moves,
 other reads and big listings.
 """
@@ -38,14 +38,14 @@ from codespace.contract import (
     WalkResult,
     WriteFileRequest,
     WriteFileResult,
+    run_cancellable,
 )
-from codespace.threads import run_cancellable
 
 from . import listing, moving, reading, removing, walking, writing
 from .resolve import Confinement, Mode
 
 if TYPE_CHECKING:
-    from codespace.workspace import Workspace
+    from codespace.contract import WorkspaceView
 
 INLINE_READ_BYTES = 256 * 1024
 # A memory copy of 2 MiB takes ~0.1 ms here, a worker-thread hop ~0.3 ms (measured).
@@ -56,7 +56,7 @@ INLINE_DIR_BYTES = 32 * 1024  # a directory's st_size; roughly 500-1000 entries 
 class FsBackend:
     """Confined, no-follow file I/O for one workspace."""
 
-    def __init__(self, workspace: Workspace, mode: Mode) -> None:
+    def __init__(self, workspace: WorkspaceView, mode: Mode) -> None:
         self.workspace = workspace
         self.limits = workspace.limits
         self.conf = Confinement(workspace, mode)

@@ -2,7 +2,7 @@
 
 Every OSError a file operation meets ends up here, so the wording stays the same
 across tools. Refusals (a link the kernel would not follow, an object the policy
-forbids) carry ``code="refused"`` and the rule, like the gateway's own refusals.
+forbids) are the contract's ``Refused``, so the gateway records them like its own.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-from codespace.contract import FsError
+from codespace.contract import FsError, Refused
 
 _HINTS = {
     errno.ENOENT: "To proceed: check the path with list_dir or walk",
@@ -37,14 +37,17 @@ def os_error(exc: OSError, path: str, action: str) -> FsError:
     return FsError.from_os(exc, path, action, _HINTS.get(code, ""))
 
 
-def refused(message: str, *, path: str, rule: str, errno_: int | None = None, hint: str) -> FsError:
-    return FsError(
-        f"refused: {message}. To proceed: {hint}.",
-        path=path,
-        errno=errno_,
-        code="refused",
-        details={"rule": rule},
-    )
+class PolicyRefused(Refused, FsError):
+    """A refusal this backend met on its own: a ``Refused`` for the gateway, and an ``FsError``
+    (path, errno) for the backend's own handling of failed lookups on the way."""
+
+    def __init__(self, rule: str, message: str, *, path: str, errno_: int | None = None) -> None:
+        FsError.__init__(self, message, path=path, errno=errno_, code="refused", details={"rule": rule})
+        self.rule = rule
+
+
+def refused(message: str, *, path: str, rule: str, errno_: int | None = None, hint: str) -> PolicyRefused:
+    return PolicyRefused(rule, f"refused: {message}. To proceed: {hint}.", path=path, errno_=errno_)
 
 
 def not_regular(path: str, kind: str, action: str = "read") -> FsError:
@@ -75,14 +78,13 @@ def leaf_link(path: str, target: str | None, action: str) -> FsError:
     )
 
 
-def root_refused(path: str, action: str) -> FsError:
-    return FsError(
+def root_refused(path: str, action: str) -> PolicyRefused:
+    return PolicyRefused(
+        "root",
         f"refused: cannot {action} {path}: it is the root the policy grants access under, and the tools never "
         f"{action} that itself. To proceed: {action} paths inside it.",
         path=path,
-        errno=errno.EBUSY,
-        code="refused",
-        details={"rule": "root"},
+        errno_=errno.EBUSY,
     )
 
 

@@ -14,8 +14,7 @@ from . import kernel
 from .resolve import MODE_ENV, Mode, choose_mode
 
 if TYPE_CHECKING:
-    from codespace.doctor import Check
-    from codespace.workspace import Workspace
+    from codespace.contract import Check, WorkspaceView
 
     from .backend import FsBackend
 
@@ -30,7 +29,7 @@ def _mode(requested: str | None) -> tuple[Mode, str]:
 
 
 @hookimpl
-def codespace_filesystem(workspace: Workspace) -> FsBackend:
+def codespace_filesystem(workspace: WorkspaceView) -> FsBackend:
     from .backend import FsBackend
 
     mode, _ = _mode(os.environ.get(MODE_ENV))
@@ -38,8 +37,8 @@ def codespace_filesystem(workspace: Workspace) -> FsBackend:
 
 
 @hookimpl
-def codespace_doctor(workspace: Workspace) -> list[Check]:
-    from codespace.doctor import Check
+def codespace_doctor(workspace: WorkspaceView) -> list[Check]:
+    from codespace.contract import Check
 
     available, why = kernel.openat2_available()
     mode, reason = _mode(os.environ.get(MODE_ENV))

@@ -7,9 +7,8 @@ import logging
 
 import anyio
 
-from codespace import hookimpl, sandboxing
-from codespace.contract import Refused
-from codespace.doctor import Check
+from codespace import hookimpl
+from codespace.contract import Check, Refused, SandboxLayout
 
 from .backend import LinuxSandbox, helper_argv, landlock_abi, probe_bwrap
 from .launcher import Zygote
@@ -55,11 +54,11 @@ def _placeholder_sweep(sandbox: LinuxSandbox):
     return placeholder_sweep
 
 
-def _protected_walk(sandbox: LinuxSandbox, workspace):
+def _protected_walk(sandbox: LinuxSandbox, layout: SandboxLayout):
     async def protected_walk() -> None:
         """At start: find the protected names below each writable root before the first command
         needs them (a big tree takes a while; see protected_scan)."""
-        await anyio.to_thread.run_sync(sandbox.walk_protected, sandboxing.layout_for(workspace), abandon_on_cancel=True)
+        await anyio.to_thread.run_sync(sandbox.walk_protected, layout, abandon_on_cancel=True)
 
     return protected_walk
 
@@ -71,20 +70,14 @@ def codespace_services(workspace, backends, store):
         return None  # another plugin confines commands
     services = [_placeholder_sweep(sandbox)]
     try:
-        confined = sandboxing.decide(workspace, backends).backend is sandbox
+        decision = backends.sandbox_decision()  # the core decides whether commands are confined, and to what
     except Refused:
-        confined = False
-    if confined:
+        decision = None
+    if decision is not None and decision.backend is sandbox and decision.layout is not None:
         services.append(_warm_helper(sandbox))
-        services.append(_protected_walk(sandbox, workspace))
+        services.append(_protected_walk(sandbox, decision.layout))
     if workspace.policy.network.access == "allowlist":
-        from .proxy import ProxyService
-        from .proxy.service import rules_from_policy
-
-        network = workspace.policy.network
-        sandbox.proxy = ProxyService(rules_from_policy(network), store, workspace.state_dir,
-                                     udp=network.enable_socks5_udp)
-        services.append(sandbox.proxy.run)
+        services.append(sandbox.egress_proxy(store).run)
     return services
 
 

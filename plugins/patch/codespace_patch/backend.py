@@ -12,14 +12,15 @@ from pathlib import Path
 import anyio
 
 from codespace.contract import ChangedFile, FileSystem, PatchPlan, PatchRequest, PatchResult, PatchTarget, ToolError
-from codespace.policy import normalize
+from codespace.contract import normalize
 
 from . import diff
 from .errors import PatchError, ParseError
 from .journal import Journal, JournalFailed, RollbackFailed, Staged, commit, describe, pending, recover, settle, stage
-from .parser import AddFile, DeleteFile, Patch, parse_patch
+from .parser import Patch, parse_patch
 from .sections import Done, Run, run_sections
 from .stores import DirectStore, OverlayStore
+from .targets import targets_of
 
 log = logging.getLogger(__name__)
 
@@ -138,18 +139,7 @@ class PatchBackend:
         return parsed
 
     def plan(self, patch: str, cwd: str) -> PatchPlan:
-        targets: list[PatchTarget] = []
-        for section in self.parse(patch).sections:
-            path = normalize(section.path, cwd)
-            if isinstance(section, AddFile):
-                targets.append(_target(path, "add"))
-            elif isinstance(section, DeleteFile):
-                targets.append(_target(path, "delete"))
-            elif section.move_to is None:
-                targets.append(_target(path, "update"))
-            else:
-                targets.append(_target(path, "move", "move_source"))
-                targets.append(_target(normalize(section.move_to, cwd), "move", "move_destination"))
+        targets = [_target(*t) for t in targets_of(self.parse(patch), cwd)]
         return PatchPlan.model_construct(targets=targets)
 
     async def apply(self, request: PatchRequest, fs: FileSystem, journal_dir: Path) -> PatchResult:

@@ -16,22 +16,19 @@ from typing import TYPE_CHECKING, Any
 from codespace import hookimpl
 
 if TYPE_CHECKING:
-    from codespace.backends import Backends
-    from codespace.workspace import Workspace
+    from codespace.contract import Backends, WorkspaceView
 
 log = logging.getLogger(__name__)
 
 HELPER = "codespace-apply-patch"
 
 
-def journal_dir(workspace: Workspace):  # noqa: ANN201 - a Path
-    from codespace.tools.patch import JOURNAL_DIR
-
-    return workspace.state_dir / JOURNAL_DIR
+def journal_dir(workspace: WorkspaceViewView):  # noqa: ANN201 - a Path
+    return workspace.patch_journal
 
 
 @hookimpl
-def codespace_patcher(workspace: Workspace) -> Any:
+def codespace_patcher(workspace: WorkspaceView) -> Any:
     from .backend import PatchBackend
 
     return PatchBackend(max_bytes=workspace.limits.max_file_bytes)
@@ -62,7 +59,7 @@ def _run_on_thread(fn):  # noqa: ANN001, ANN202
 
 
 @hookimpl
-def codespace_startup(workspace: Workspace, backends: Backends) -> None:
+def codespace_startup(workspace: WorkspaceView, backends: Backends) -> None:
     """Roll back (or finish) an atomic commit a crash interrupted; remove the journal
     files stopped servers left."""
     from .journal import describe, pending, recover, remove_void_slots
@@ -79,8 +76,8 @@ def codespace_startup(workspace: Workspace, backends: Backends) -> None:
 
 
 @hookimpl
-def codespace_doctor(workspace: Workspace) -> list:
-    from codespace.doctor import Check
+def codespace_doctor(workspace: WorkspaceView) -> list:
+    from codespace.contract import Check
 
     from .journal import pending
 

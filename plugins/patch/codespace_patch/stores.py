@@ -18,7 +18,7 @@ import posixpath
 from dataclasses import dataclass
 
 from codespace.contract import FileSystem, FsError, MakeDirRequest, StatRequest
-from codespace.policy import normalize
+from codespace.contract import normalize
 
 from .errors import rust_io_error
 from .sections import StoreFailure

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from codespace import hookimpl
-from codespace.doctor import Check
+from codespace.contract import Check
 
 from .terminal import PtyTerminal
 

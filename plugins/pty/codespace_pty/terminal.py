@@ -16,7 +16,7 @@ import anyio
 from ptyprocess import PtyProcess
 
 from codespace.contract import CommandSpec
-from codespace.fdio import arm_parent_death_signal, read_some, signal_group, wait_exit, write_all
+from codespace.contract import arm_parent_death_signal, read_some, signal_group, wait_exit, write_all
 
 READ_CHUNK = 65536  # upstream reads 8 KiB; larger reads cut the per-chunk overhead for bulk output
 
