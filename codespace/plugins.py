@@ -28,9 +28,7 @@ import pluggy
 from . import hookspecs
 
 if TYPE_CHECKING:
-    from .backends import Backends
-    from .contract import FileSystem, Patcher, Sandbox, Terminal
-    from .doctor import Check
+    from .contract import Backends, Check, FileSystem, Patcher, Sandbox, Terminal
     from .tooling import ToolRegistry
     from .workspace import Workspace
 
@@ -288,7 +286,7 @@ class Plugins:
         return found
 
     def doctor(self, workspace: Workspace) -> list[Check]:
-        from .doctor import Check
+        from .contract.checks import Check
 
         checks: list[Check] = []
         for plugin, fn in self._impls("codespace_doctor"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -18,8 +18,7 @@ from .schemas import input_schema, output_schema
 from .schemas import structured_result as structured_result  # the gateway's import (moved to schemas)
 
 if TYPE_CHECKING:
-    from .backends import Backends
-    from .plugins import Plugins
+    from .contract.backends import Backends
     from .processes import ProcessRegistry
     from .store import OperationStore
     from .workspace import Workspace
@@ -55,6 +54,12 @@ class Needs:
     shell: list[str] = field(default_factory=list)
 
 
+class PluginListing(Protocol):
+    """The loaded plugins, as a tool may show them (``workspace_info``)."""
+
+    def listing(self, *, include_builtin: bool = False) -> list[Any]: ...
+
+
 @dataclass
 class ToolCall:
     """What a handler gets besides its arguments."""
@@ -62,7 +67,7 @@ class ToolCall:
     tool: ToolDefinition
     workspace: Workspace
     backends: Backends
-    plugins: Plugins
+    plugins: PluginListing
     store: OperationStore
     processes: ProcessRegistry | None
     operation_id: str | None

@@ -54,6 +54,8 @@ _EXPORTS = {
     "proc_start_ticks": "codespace.store.base",
     # network audit (the egress proxy's trail in the operation store)
     "NetworkEvent": "codespace.store.base", "NetworkAudit": ".network",
+    # one-shot helper processes: made non-dumpable, no core files, no LD_* steering
+    "harden_process": ".hardening", "HardeningError": ".hardening",
     # running blocking work and descriptors without blocking the server
     "run_cancellable": "codespace.threads",
     "read_some": "codespace.fdio", "write_all": "codespace.fdio", "wait_exit": "codespace.fdio",

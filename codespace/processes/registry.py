@@ -35,7 +35,7 @@ from .tracking import Tracker, remove_tree, wrap_argv
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from ..backends import Backends
+    from ..contract.backends import Backends
     from ..store import OperationStore
     from ..workspace import Workspace
 
