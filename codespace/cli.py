@@ -87,26 +87,13 @@ def _build_app(args: argparse.Namespace):  # noqa: ANN202
 def _serve(args: argparse.Namespace) -> int:
     if args.transport == "stdio":
         # Nothing heavy is imported before the wire is served: see codespace.transports.stdio_serve.
-        from .transports.stdio_serve import run
+        from .transports.stdio_serve import serve_stdio
 
-        return run(args.workspace, args.policy, args.state_dir)
+        return serve_stdio(args.workspace, args.policy, args.state_dir)
+    from .transports.http import serve_http
 
-    import anyio
-
-    app = _build_app(args)
-    from pathlib import Path
-
-    from .transports.http import bind, load_or_create_token, serve_http
-
-    token, token_path = load_or_create_token(
-        app.workspace.ensure_state_dir(), Path(args.token_file) if args.token_file else None, os.environ
-    )
-    if token_path is not None:  # an operator's --token-file may lie where the agent could read it
-        app.workspace.hide(token_path, "HTTP bearer token file")
-    where = f"from {token_path}" if token_path else "from $CODESPACE_HTTP_TOKEN"
-    sock = bind(args.host, args.port)
-    anyio.run(serve_http, app, sock, token, where)
-    return 0
+    return serve_http(args.workspace, args.policy, args.state_dir, host=args.host, port=args.port,
+                      token_file=args.token_file)
 
 
 # -- plugins / pins / doctor ------------------------------------------------------

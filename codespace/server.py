@@ -20,7 +20,8 @@ from mcp.server import Server
 
 from . import __version__
 from .app import App
-from .transports.wire import INSTRUCTIONS, SERVER_NAME, SERVER_TITLE
+from .transports.calls import answer_call
+from .transports.wire import INSTRUCTIONS, MODERN_PROTOCOL_VERSIONS, SERVER_NAME, SERVER_TITLE
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +58,14 @@ def build_server(app: App, *, transport: str = "memory", ready: anyio.Event | No
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=app.registry.mcp_tools())
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> dict[str, Any]:
         async def progress(done: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(done, total, message)
 
-        name = _client_name(ctx)
-        client = f"{transport}:{name}" if name else transport
-        outcome = await app.gateway.call(params.name, params.arguments, client=client, progress=progress)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=outcome.text)],
-            structured_content=outcome.structured,
-            is_error=outcome.is_error,
-            meta=outcome.meta,
-        )
+        # The SDK validates the result against its model and stamps the envelope.
+        return await answer_call(app, params.name, params.arguments, transport=transport,
+                                 client_name=_client_name(ctx),
+                                 modern=ctx.protocol_version in MODERN_PROTOCOL_VERSIONS, progress=progress)
 
     server: Server[App] = Server(
         SERVER_NAME,

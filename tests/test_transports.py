@@ -364,7 +364,7 @@ def test_direct_calls_report_progress_and_honour_cancellation(ws, state):
 
 
 def test_direct_answers_encode_like_json_and_survive_lone_surrogates():
-    from codespace.transports.direct import _encode
+    from codespace.transports.wire import encode as _encode
 
     message = {"jsonrpc": "2.0", "id": 1, "result": {"text": "é € \u2028 \x00 \"q\"", "n": [1, 2.5, None, True]}}
     assert _encode(message) == json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()

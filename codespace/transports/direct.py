@@ -4,9 +4,11 @@ The SDK's per-request machinery (validation of the envelope into models, a task
 and memory streams per request, result sieving) costs about 0.5 ms of server CPU
 per call here, five times the gateway and the file read together. Tool calls are
 almost all of an agent's traffic, so the stdio transport hands them to this
-module instead, which produces the same wire result (a test compares the two
-paths byte for byte after parsing) and leaves everything else to the front
-(:mod:`.front`: initialize, listing, pings) and the SDK (the rest).
+module instead. The call itself and its result are the same as on every other
+road (:mod:`.calls`); what this module restates is the SDK's envelope, so the
+bytes written are the SDK's (tests/test_every_road_answers_the_same_bytes.py).
+Everything else is left to the front (:mod:`.front`: initialize, listing, pings)
+and the SDK (the rest).
 
 A call is taken only when its shape is plain: an id, a tool name, arguments as an
 object, no input-required round trip, and a protocol version known to be served
@@ -22,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .calls import answer_call
 from .wire import (
     CLIENT_INFO_META_KEY,
     INTERNAL_ERROR,
     MODERN_PROTOCOL_VERSIONS,
     PROTOCOL_VERSION_META_KEY,
-    SERVER_INFO_META_KEY,
     encode,
-    server_info,
+    stamp_server_info,
     valid_id,
 )
 
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Send = Callable[[bytes], Awaitable[None]]
-_encode = encode  # the name tests import
 
 
 class DirectToolCalls:
@@ -127,7 +128,7 @@ class DirectToolCalls:
                 params["total"] = total
             if message is not None:
                 params["message"] = message
-            await send(_encode({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}))
+            await send(encode({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}))
 
         with anyio.CancelScope() as scope:
             self._running[request_id] = scope
@@ -135,31 +136,17 @@ class DirectToolCalls:
                 if not self._app_ready.is_set():  # wait() checkpoints even when set
                     await self._app_ready.wait()
                 assert self.app is not None
-                outcome = await self.app.gateway.call(
-                    name, arguments, client=f"{self._transport}:{client}" if client else self._transport,
-                    progress=progress,
-                )
+                result = await answer_call(self.app, name, arguments, transport=self._transport,
+                                           client_name=client, modern=modern, progress=progress)
             except Exception:
                 log.exception("tools/call %s failed", name)
-                await send(_encode({"jsonrpc": "2.0", "id": request_id,
+                await send(encode({"jsonrpc": "2.0", "id": request_id,
                                     "error": {"code": INTERNAL_ERROR, "message": "Internal error"}}))
                 return
             finally:
                 self._running.pop(request_id, None)
         if scope.cancelled_caught:
             return  # the client cancelled: JSON-RPC sends no response
-        await send(_encode({"jsonrpc": "2.0", "id": request_id, "result": tool_result(outcome, modern)}))
-
-
-def tool_result(outcome: Any, modern: bool) -> dict[str, Any]:
-    """A gateway outcome as the SDK would send it (a test compares the two)."""
-    result: dict[str, Any] = {"content": [{"text": outcome.text, "type": "text"}], "isError": outcome.is_error}
-    if outcome.structured is not None:
-        result["structuredContent"] = outcome.structured
-    meta = outcome.meta  # an error's machine-readable form (errors carry no structuredContent)
-    if meta is not None:
-        result["_meta"] = meta
-    if modern:
-        result["resultType"] = "complete"
-        result["_meta"] = {**(meta or {}), SERVER_INFO_META_KEY: server_info()}
-    return result
+        if modern:
+            stamp_server_info(result)  # the SDK's envelope, restated: this answer does not pass through it
+        await send(encode({"jsonrpc": "2.0", "id": request_id, "result": result}))

@@ -24,8 +24,8 @@ from ..app import App
 from ..server import build_server
 from ..surrogates import find_lone_surrogate
 from ..workspace import WorkspaceError
-from .direct import tool_result
-from .wire import MODERN_PROTOCOL_VERSIONS, PROTOCOL_VERSION_META_KEY, BadMessage, encode, parse
+from .calls import answer_call
+from .wire import MODERN_PROTOCOL_VERSIONS, PROTOCOL_VERSION_META_KEY, BadMessage, encode, parse, stamp_server_info
 
 log = logging.getLogger(__name__)
 
@@ -132,10 +132,13 @@ class JsonRpcPrecheck:
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str) or not isinstance(arguments, dict) or find_lone_surrogate(arguments) is None:
             return False
-        outcome = await self._codespace.gateway.call(name, arguments, client="http")  # refused before any work
         meta = params.get("_meta")
         modern = isinstance(meta, dict) and meta.get(PROTOCOL_VERSION_META_KEY) in MODERN_PROTOCOL_VERSIONS
-        body = encode({"jsonrpc": "2.0", "id": message["id"], "result": tool_result(outcome, modern)})
+        # Refused before any work; the answer is written here, not by the SDK, so it gets the SDK's stamp here.
+        result = await answer_call(self._codespace, name, arguments, transport="http", client_name=None, modern=modern)
+        if modern:
+            stamp_server_info(result)
+        body = encode({"jsonrpc": "2.0", "id": message["id"], "result": result})
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
@@ -256,7 +259,24 @@ def asgi_app(app: App, port: int, token: str) -> Any:
     return BearerTokenGate(JsonRpcPrecheck(starlette_app, limit * 2 + 65536, app), token)
 
 
-async def serve_http(app: App, sock: socket.socket, token: str, where: str) -> None:
+def serve_http(workspace: str | None, policy: str | None, state_dir: str | None, *, host: str, port: int,
+               token_file: str | None) -> int:
+    """``codespace serve --transport http``: build the App, settle the token, listen until stopped."""
+    import anyio
+
+    app = App.build(workspace, policy=policy, state_dir=state_dir)
+    token, token_path = load_or_create_token(
+        app.workspace.ensure_state_dir(), Path(token_file) if token_file else None, os.environ
+    )
+    if token_path is not None:  # an operator's --token-file may lie where the agent could read it
+        app.workspace.hide(token_path, "HTTP bearer token file")
+    where = f"from {token_path}" if token_path else "from $CODESPACE_HTTP_TOKEN"
+    sock = bind(host, port)
+    anyio.run(_serve_on, app, sock, token, where)
+    return 0
+
+
+async def _serve_on(app: App, sock: socket.socket, token: str, where: str) -> None:
     import uvicorn
 
     port = sock.getsockname()[1]

@@ -39,7 +39,7 @@ async def _watch_signals(scope: anyio.CancelScope, caught: list[int]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-async def serve(workspace: str | None, policy: str | None, state_dir: str | None, caught: list[int]) -> None:
+async def _serve(workspace: str | None, policy: str | None, state_dir: str | None, caught: list[int]) -> None:
     from .bridge import SdkBridge
     from .direct import DirectToolCalls
     from .front import Front
@@ -78,9 +78,10 @@ async def serve(workspace: str | None, policy: str | None, state_dir: str | None
         tg.cancel_scope.cancel()
 
 
-def run(workspace: str | None, policy: str | None, state_dir: str | None) -> int:
+def serve_stdio(workspace: str | None, policy: str | None, state_dir: str | None) -> int:
+    """``codespace serve`` (stdio) until end of input or a signal; exits the process."""
     caught: list[int] = []
-    anyio.run(serve, workspace, policy, state_dir, caught)
+    anyio.run(_serve, workspace, policy, state_dir, caught)
     code = 128 + caught[0] if caught else 0
     # Everything that needed closing is closed (sessions, store, the wire); the
     # interpreter's teardown of a few hundred modules would only delay the exit.

@@ -40,6 +40,13 @@ def server_info() -> dict[str, Any]:
     return {"name": SERVER_NAME, "title": SERVER_TITLE, "version": __version__}
 
 
+def stamp_server_info(result: dict[str, Any]) -> dict[str, Any]:
+    """A 2026-era result with the ``serverInfo`` stamp the SDK puts on it (in ``_meta``,
+    which goes last when the result had none), for answers written without the SDK."""
+    result["_meta"] = {**result.get("_meta", {}), SERVER_INFO_META_KEY: server_info()}
+    return result
+
+
 def negotiate(requested: Any) -> str:
     """The version an ``initialize`` answer settles on, as the SDK picks it."""
     return requested if requested in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
