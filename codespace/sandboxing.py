@@ -57,6 +57,14 @@ def decide(workspace: Workspace, backends: Backends) -> SandboxDecision:
         return SandboxDecision(None, "the policy restricts nothing a sandbox would enforce (sandbox.mode = 'auto')")
     backend = backends.sandbox()
     info = backend.info() if backend is not None else None
+    engine = workspace.policy.sandbox.engine
+    if info is not None and engine != "auto" and info.engines and engine not in info.engines:
+        # A misspelt engine must not quietly weaken anything: refused in every mode but 'off'.
+        raise Refused(
+            "sandbox.engine",
+            f"refused by policy: sandbox.engine = {engine!r} names no engine the sandbox plugin offers "
+            f"({', '.join(info.engines)}). To proceed: ask the operator to set sandbox.engine to one of those or 'auto'.",
+        )
     if backend is not None and info is not None and info.available:
         return SandboxDecision(backend, None, layout)
     reason = info.detail if info is not None else "no sandbox plugin is installed (codespace-linux-sandbox)"

@@ -28,6 +28,11 @@ class SandboxInfo(Strict):
     landlock_abi: int | None = None
     cannot_enforce: list[str] = Field(default_factory=list, description="Policy features this engine cannot enforce here.")
     detail: str = ""
+    engines: list[str] = Field(
+        default_factory=list,
+        description="Engine names this backend offers, the values ``[sandbox] engine`` may take besides 'auto' "
+        "(empty: the backend does not say, and any name is passed to it).",
+    )
 
 
 @runtime_checkable
