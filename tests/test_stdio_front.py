@@ -9,11 +9,13 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from codespace.plugins import ENV_ALLOW
+from codespace.transports.stdio import SETTLE_LIMIT_S
 
 from .conftest import codespace_cmd, subprocess_env
 
@@ -228,6 +230,17 @@ def test_lone_surrogates_get_an_error_naming_the_argument_from_every_tool(tmp_pa
         assert result["isError"] is True, (tool, prop)
         text = result["content"][0]["text"]
         assert f"argument '{prop}' holds a lone surrogate" in text and tool in text, text
+
+
+def test_a_request_the_sdk_cannot_parse_does_not_hold_up_the_exit(tmp_path):
+    """Its JSON-RPC error is the answer: at end of input the server stops at once (it used to
+    wait SETTLE_LIMIT_S for an answer to that request)."""
+    call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "tally",
+                                                                         "arguments": {"name": "w\udcff"}}}
+    started = time.monotonic()
+    got = replies(serve_lines(tmp_path, "unparsed", [INIT, INITIALIZED, json.dumps(call).encode()], direct="0"))
+    assert json.loads(got[5])["error"]["code"] == -32600
+    assert time.monotonic() - started < SETTLE_LIMIT_S / 2
 
 
 @pytest.mark.parametrize("direct", ["1", "0"])

@@ -183,7 +183,14 @@ class SdkBridge:
         elif method is not None and self.era(message) == "modern":
             connection.initialized = True
             connection.version = message["params"]["_meta"].get(PROTOCOL_VERSION_META_KEY)
-        await connection.feed(line)
+        try:
+            await connection.feed(line)
+        except Exception:
+            # The SDK's parser refused it and the caller answers it: at end of input nothing
+            # must wait for an answer that is already given.
+            if method is not None and "id" in message:
+                self.pending.pop(message["id"], None)
+            raise
 
     def owner_of(self, message: dict[str, Any]) -> _Connection | None:
         """The connection a cancellation or a response belongs to."""
