@@ -24,7 +24,8 @@ from .policy import normalize, validate_agent_path
 from .store import OperationRecord
 from .surrogates import describe as describe_surrogate
 from .surrogates import find_lone_surrogate
-from .tooling import Needs, ProgressFn, ToolCall, ToolDefinition, structured_result
+from .schemas import structured_result
+from .tooling import Needs, ProgressFn, ToolCall, ToolDefinition
 
 if TYPE_CHECKING:
     from .backends import Backends

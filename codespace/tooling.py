@@ -15,7 +15,6 @@ from pydantic import BaseModel, Field
 
 from .models import Strict
 from .schemas import input_schema, output_schema
-from .schemas import structured_result as structured_result  # the gateway's import (moved to schemas)
 
 if TYPE_CHECKING:
     from .contract.backends import Backends

@@ -36,7 +36,7 @@ _EXPORTS = {
     # commands and terminals
     "CommandSpec": ".commands", "Terminal": ".commands", "TerminalProcess": ".commands",
     # sandbox
-    "LaunchedProcess": ".sandbox", "Sandbox": ".sandbox", "SandboxInfo": ".sandbox", "SandboxLayout": ".sandbox",
+    "LaunchedProcess": ".sandbox", "Sandbox": ".sandbox", "SandboxFastPath": ".sandbox", "SandboxCleanup": ".sandbox", "SandboxInfo": ".sandbox", "SandboxLayout": ".sandbox",
     # files
     "DirEntry": ".files", "EntryError": ".files", "FileKind": ".files", "FileSystem": ".files",
     "InvalidUtf8": ".files", "ListDirRequest": ".files", "ListDirResult": ".files", "MakeDirRequest": ".files",
