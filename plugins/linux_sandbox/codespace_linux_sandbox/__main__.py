@@ -10,6 +10,6 @@ import sys
 
 if not __package__:
     sys.path.insert(0, __file__.rpartition("/")[0].rpartition("/")[0])
-from codespace_linux_sandbox.helper import main
+from codespace_linux_sandbox.entry import main
 
 posix._exit(main())  # skip interpreter finalization (milliseconds): nothing is buffered

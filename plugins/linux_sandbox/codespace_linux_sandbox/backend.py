@@ -34,7 +34,7 @@ from codespace import kernel
 from codespace.contract import CommandSpec, FsError, SandboxInfo, SandboxLayout, ToolError
 
 from . import placeholders, run_as, seccomp
-from .launcher import Launched, Zygote, ZygoteUnavailable, spawn_helper
+from .launcher import Launched, Zygote, ZygoteUnavailable, helper_environment, spawn_helper
 from .limits import cannot_enforce
 from .protected_scan import ProtectedScan
 from .protocol import Command, Handshake, Options, Policy, ProxyRoute
@@ -367,7 +367,7 @@ class LinuxSandbox:
         if hs.options.seccomp != "none":
             inherit["seccomp"] = seccomp.program(hs.options.seccomp)
         return CommandSpec(
-            argv=helper_argv(), cwd=spec.cwd, env={}, tty=spec.tty, rows=spec.rows, cols=spec.cols,
+            argv=helper_argv(), cwd=spec.cwd, env=helper_environment(), tty=spec.tty, rows=spec.rows, cols=spec.cols,
             interactive=spec.interactive, inherit=inherit,
         )
 

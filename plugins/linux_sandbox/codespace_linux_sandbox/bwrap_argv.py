@@ -1,5 +1,8 @@
 """bubblewrap's argv for a handshake: upstream's mount layout, in upstream's order.
 
+Runs in the per-command helper (bubblewrap engine); the Landlock engine's helper uses
+:func:`check_links`.
+
 Mount order (a later mount wins over an earlier one on the same or a deeper path):
 
 1. ``--ro-bind / /`` (or each readable root when ``/`` is not readable);

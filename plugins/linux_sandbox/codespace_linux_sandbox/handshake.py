@@ -1,5 +1,7 @@
 """The helper's side of handshake v1: read it from the inherited pipe and check it by hand.
 
+Runs in the per-command helper.
+
 No pydantic and no ``json`` package here: ``json`` imports ``re``, and both cost
 milliseconds on every sandboxed command. The C scanner behind ``json`` (``_json``) parses
 the payload; the checks below name the field that is wrong, and a version mismatch names
@@ -9,6 +11,8 @@ both versions. ``SCHEMA`` mirrors :class:`codespace_linux_sandbox.protocol.Hands
 
 
 import posix
+
+from .engines import ENGINES
 
 VERSION = 1
 FD_VARIABLES = {"handshake": b"CODESPACE_FD_HANDSHAKE", "seccomp": b"CODESPACE_FD_SECCOMP"}
@@ -22,7 +26,7 @@ _STR, _INT, _BOOL, _STRS, _ENV = "a string", "an integer", "true or false", "a l
 
 # field -> (kind, required, allowed values)
 SCHEMA: dict[str, tuple[str, bool, tuple[str, ...] | None]] = {
-    "engine": (_STR, True, ("bubblewrap", "landlock")),
+    "engine": (_STR, True, tuple(ENGINES)),
     "command.argv": (_STRS, True, None),
     "command.cwd": (_STR, True, None),
     "command.env": (_ENV, True, None),

@@ -1,5 +1,8 @@
 """Who a sandboxed command is on the host, when the server runs as root (both engines).
 
+Runs in the per-command helper, and in the command's child (Landlock engine:
+:func:`become`, :func:`enter_idmapped_view`).
+
 A command must never be host uid 0, even with every capability dropped: the kernel lets
 the *global* root uid write ``/proc/sys`` (its check compares the euid with uid 0 of the
 initial user namespace, so a user namespace mapping the command's uid to host 0 does not

@@ -1,5 +1,8 @@
 """Landlock rules for the policy, at the best ABI the kernel offers.
 
+Runs in the per-command helper (the ruleset) and in the command's child
+(:func:`restrict_self`).
+
 Landlock only grants: a rule gives a directory's whole hierarchy its rights, and nothing
 can take them back lower down. A policy with exceptions inside a granted root (deny-read
 ``~/.ssh`` inside readable ``/``, protected ``.git`` inside a writable workspace) is

@@ -1,11 +1,9 @@
-"""The Landlock engine, for hosts where user namespaces are unavailable.
+"""The Landlock engine, per-command helper side, for hosts where user namespaces are unavailable.
 
-Process tree: the helper forks the command and stays its parent (no PID namespace, so
-there is no PID 1 to hand this to). The helper builds the Landlock ruleset first (errors
-are reported before anything runs); the child then, in order: asks for SIGKILL when the
-helper dies, drops every capability (the server may run as root) and checks none is
-left, sets ``PR_SET_NO_NEW_PRIVS``, restricts itself with Landlock, installs the seccomp
-program and execs the command.
+Runs in the per-command helper. Process tree: the helper forks the command and stays its
+parent (no PID namespace, so there is no PID 1 to hand this to). The helper hardens
+itself, builds the Landlock ruleset first (errors are reported before anything runs) and
+forks; the child confines itself and execs (:mod:`.landlock_child`).
 
 The command stays in the helper's session and process group, so the host's signals
 (group and session sweep, Ctrl-C on a terminal) reach it directly and are not forwarded
@@ -22,131 +20,14 @@ With network ``allowlist`` the helper registers with the command's proxy route f
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
 from . import identity, landlock, libc
-from .supervise import FORWARDED, PYTHON_IGNORED, arm_parent_death_deadline, reraise_or_code
-
-PR_CAPBSET_DROP = 24
-PR_CAP_AMBIENT = 47
-PR_CAP_AMBIENT_CLEAR_ALL = 4
-PR_SET_SECCOMP = 22
-SECCOMP_MODE_FILTER = 2
-CAPABILITY_VERSION_3 = 0x20080522
-SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
-
-
-class _Libc:
-    def __init__(self) -> None:
-        self.lib = ctypes.CDLL(None, use_errno=True)
-        self.lib.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-
-    def prctl(self, option: int, arg: int = 0) -> None:
-        if self.lib.prctl(option, arg, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), f"prctl({option}) failed: {os.strerror(ctypes.get_errno())}")
-
-
-def drop_capabilities(lib: _Libc, run_as: dict | None = None) -> None:
-    """Empty the effective, permitted, inheritable and ambient sets, and the bounding set
-    when running as root (root regains the bounding set on exec); then check. ``run_as``:
-    become those ids once the bounding set is empty (see :mod:`.identity`)."""
-    root = os.getuid() == 0
-    if root:
-        with open("/proc/sys/kernel/cap_last_cap") as f:
-            last = int(f.read())
-        for cap in range(last + 1):
-            lib.lib.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
-    if run_as is not None:
-        identity.become(run_as)
-        if 0 in os.getresuid() or 0 in os.getresgid():
-            raise OSError(0, f"still root after dropping to uid {run_as['uid']}")
-    lib.lib.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header = ctypes.create_string_buffer(CAPABILITY_VERSION_3.to_bytes(4, "little") + bytes(4), 8)
-    data = ctypes.create_string_buffer(24)
-    if lib.lib.syscall(ctypes.c_long(SYS_CAPSET[os.uname().machine]), header, data) != 0:
-        raise OSError(ctypes.get_errno(), "capset(all empty) failed")
-    names = ("CapEff", "CapPrm", "CapInh", "CapAmb", *(("CapBnd",) if root else ()))
-    left = {name: hex(_caps(name)) for name in names if _caps(name)}
-    if left:
-        raise OSError(0, f"capabilities remain after dropping them: {left}")
-
-
-def _caps(name: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(name + ":"):
-                return int(line.split()[1], 16)
-    return 0
-
-
-def install_seccomp(lib: _Libc, program: bytes) -> None:
-    if len(program) % 8:
-        raise ValueError("the seccomp program is not a whole number of BPF instructions")
-    filt = ctypes.create_string_buffer(program, len(program))
-    fprog = ctypes.create_string_buffer((len(program) // 8).to_bytes(2, "little") + bytes(6)
-                                        + ctypes.addressof(filt).to_bytes(8, "little"), 16)
-    if lib.lib.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"installing the seccomp filter failed: {os.strerror(ctypes.get_errno())}")
-
-
-def _exec(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """Search PATH like execvp and exec; returns (exit code, message) when nothing ran."""
-    program = argv[0]
-    candidates = [program] if "/" in program else [
-        f"{d or '.'}/{program}" for d in env.get("PATH", os.defpath).split(":")]
-    denied = False
-    for path in candidates:
-        try:
-            os.execve(path, argv, env)
-        except OSError as exc:
-            denied = denied or exc.errno == 13
-    if denied:
-        return 126, f"cannot run {program!r}: permission denied"
-    return 127, f"cannot run {program!r}: command not found"
-
-
-def _child(hs: dict, ruleset_fd: int, program: bytes | None, parent: int, env: dict[str, str],
-           userns: int | None, broker: int = -1) -> None:
-    lib = _Libc()
-    run_as = hs["options"].get("run_as")
-    try:
-        lib.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:
-            os._exit(1)
-        for signum in (*FORWARDED, *PYTHON_IGNORED):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        if run_as is not None and run_as.get("idmap"):
-            identity.enter_idmapped_view(userns, [w for w in hs["policy"]["writable"] if w != "/"])
-        os.chdir(hs["command"]["cwd"])
-        drop_capabilities(lib, run_as)
-        if run_as is not None:
-            # A change of credentials clears the parent-death signal: ask again, and re-check
-            # that the helper is still there (it may have died in between).
-            lib.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != parent:
-                os._exit(1)
-        lib.prctl(libc.PR_SET_NO_NEW_PRIVS, 1)
-        landlock.restrict_self(ruleset_fd)
-        os.close(ruleset_fd)
-        if program is not None:
-            install_seccomp(lib, program)
-        if broker >= 0:  # last: network.allow_unix_sockets (see unix_broker)
-            from . import unix_broker
-
-            unix_broker.install(broker)
-    except (OSError, ValueError, landlock.LandlockError, identity.IdentityError) as exc:
-        os.write(2, f"codespace-linux-sandbox: cannot confine the command: {exc}\n".encode())
-        os._exit(125)
-    code, message = _exec(hs["command"]["argv"], env)
-    os.write(2, f"codespace-linux-sandbox: {message}\n".encode())
-    os._exit(code)
+from .core_hardening import harden_or_fail
+from .failure import fail
+from .landlock_child import Libc, confine_and_exec
+from .supervise import FORWARDED, arm_parent_death_deadline, reraise_or_code
 
 
 def _descendants(root: int) -> list[int]:
@@ -175,7 +56,11 @@ def _private_tmp(run_dir: str) -> str:
     raise FileExistsError(f"cannot create a private TMPDIR under {base}")
 
 
-def run(hs: dict, seccomp_fd: int | None, fail: Callable[..., int], userns: int | None = None) -> int:
+def run_in_helper(hs: dict, seccomp_fd: int | None, *, hardened: bool, userns_fd: int | None = None) -> int:
+    """Run the command of the checked handshake ``hs``; returns the helper's exit code.
+    ``hardened``: this process already is (forked by the warm helper)."""
+    if not hardened and (code := harden_or_fail()):
+        return code
     abi = hs["options"].get("landlock_abi")
     try:
         abi = landlock.abi() if abi is None else min(abi, landlock.abi())
@@ -201,20 +86,20 @@ def run(hs: dict, seccomp_fd: int | None, fail: Callable[..., int], userns: int 
         except RuntimeError as exc:
             return fail(str(exc))
     run_as = hs["options"].get("run_as")
+    userns = userns_fd
     if run_as is not None and run_as.get("idmap") and userns is None:
         try:
             userns = identity.make_userns(run_as["uid"], run_as["gid"])
         except identity.IdentityError as exc:
             return fail(f"cannot run the command as an unprivileged user: {exc}")
     try:
-        return _run(hs, abi, program, route, fail, userns)
+        return _run(hs, abi, program, route, userns)
     finally:
         if registration is not None:
             os.close(registration)  # the proxy releases this command's route
 
 
-def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, fail: Callable[..., int],
-         userns: int | None) -> int:
+def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, userns: int | None) -> int:
     tmpdir = _private_tmp(hs["options"]["run_dir"])
     run_as = hs["options"].get("run_as")
     if run_as is not None and not run_as.get("idmap"):
@@ -230,8 +115,15 @@ def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, fail: Ca
     except (OSError, landlock.LandlockError) as exc:
         _remove_tree(tmpdir)
         return fail(f"cannot build the Landlock ruleset: {exc}")
-    lib = _Libc()
-    lib.prctl(libc.PR_SET_CHILD_SUBREAPER, 1)
+    Libc().prctl(libc.PR_SET_CHILD_SUBREAPER, 1)
+    code, received = _fork_and_supervise(hs, ruleset, program, env, userns)
+    _remove_tree(tmpdir)
+    return reraise_or_code(code, received)
+
+
+def _fork_and_supervise(hs: dict, ruleset: int, program: bytes | None, env: dict[str, str],
+                        userns: int | None) -> tuple[int, list[int]]:
+    """Fork the command's child and wait for it; then end what it left. (exit code, signals received)."""
     parent = os.getppid()
     received: list[int] = []
     child = 0
@@ -266,7 +158,7 @@ def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, fail: Ca
     signal.pthread_sigmask(signal.SIG_BLOCK, set(FORWARDED))
     child = os.fork()
     if child == 0:
-        _child(hs, ruleset, program, me, env, userns, theirs if sockets else -1)
+        confine_and_exec(hs, ruleset, program, me, env, userns, theirs if sockets else -1)
     os.close(ruleset)
     if sockets:
         os.close(theirs)
@@ -279,7 +171,12 @@ def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, fail: Ca
         pid, status = os.waitpid(-1, 0)
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
-    # Background processes the command left: end them as the end of a PID namespace would.
+    _end_descendants(me)
+    return code, received
+
+
+def _end_descendants(me: int) -> None:
+    """Background processes the command left: end them as the end of a PID namespace would."""
     while True:
         for pid in _descendants(me):
             try:
@@ -290,8 +187,6 @@ def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, fail: Ca
             os.waitpid(-1, 0)
         except ChildProcessError:
             break
-    _remove_tree(tmpdir)
-    return reraise_or_code(code, received)
 
 
 def _remove_tree(path: str) -> None:

@@ -1,5 +1,7 @@
 """The fast path, server side: start per-command helpers from the warm helper (:mod:`.zygote`).
 
+Runs in the server.
+
 Process tree (bubblewrap engine)::
 
     server ─┬─ zygote                (own session; hardened; dies with the server)
@@ -34,6 +36,7 @@ from collections.abc import Callable
 
 from codespace.fdio import wait_exit
 
+from .core_hardening import ENV as HARDENING_ENV
 from .zygote import READY, REQUEST, REQUEST_USERNS
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,15 @@ READY_TIMEOUT_S = 20.0
 REPLY_TIMEOUT_S = 10.0
 MAX_FAILURES = 3  # in a row: then every command starts a helper of its own
 SETPRIV = shutil.which("setpriv")
+
+
+def helper_environment() -> dict[str, str]:
+    """What every helper the server starts finds in its environment besides its descriptors: where
+    the core's hardening module is (the helpers do not have the core on their path, see
+    :mod:`.core_hardening`)."""
+    from codespace.contract import hardening
+
+    return {HARDENING_ENV: os.path.abspath(hardening.__file__)}
 
 
 class ZygoteUnavailable(Exception):
@@ -101,7 +113,8 @@ class Zygote:
             return False
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            env = {"CODESPACE_FD_ZYGOTE": str(theirs.fileno()), "CODESPACE_ZYGOTE_PARENT": str(os.getpid())}
+            env = {**helper_environment(), "CODESPACE_FD_ZYGOTE": str(theirs.fileno()),
+                   "CODESPACE_ZYGOTE_PARENT": str(os.getpid())}
             self._proc = subprocess.Popen(self._argv(), env=env, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                           stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         except OSError as exc:
@@ -217,7 +230,7 @@ def spawn_helper(argv: list[str], fds: list[int], cwd: str) -> subprocess.Popen:
     """The slow path: a helper started for this command alone (as ``wrap`` makes the host do),
     in its own session, with SIGTERM when the server dies."""
     names = ["CODESPACE_FD_HANDSHAKE", "CODESPACE_FD_SECCOMP"]
-    env = {name: str(fd) for name, fd in zip(names, fds[3:], strict=False)}
+    env = {**helper_environment(), **{name: str(fd) for name, fd in zip(names, fds[3:], strict=False)}}
     prefix = [SETPRIV, "--pdeathsig", "TERM", "--"] if SETPRIV else []
     return subprocess.Popen([*prefix, *argv], cwd=cwd, env=env, stdin=fds[0], stdout=fds[1], stderr=fds[2],
                             pass_fds=fds[3:], start_new_session=True, close_fds=True)

@@ -1,8 +1,9 @@
-"""The few libc calls the helper needs, through ``_ctypes`` directly.
+"""The few libc calls the helper processes need, through ``_ctypes`` directly.
 
 ``import ctypes`` costs a few milliseconds (it pulls in ``os``, ``struct``, ``types``...)
 on every sandboxed command; the C core of ctypes alone is a fraction of that and is all
-that calling ``prctl``/``setrlimit``/``flock`` with integer and buffer arguments needs.
+that calling ``prctl``/``flock``/``setns`` with integer and buffer arguments needs (the core's
+process hardening, :mod:`codespace.contract.hardening`, does the same for itself).
 Arguments are C ints unless wrapped in :class:`Long`; ``bytes`` arrive as pointers.
 The Landlock engine, which builds structs, uses full ``ctypes`` instead.
 """
@@ -12,11 +13,8 @@ import _ctypes
 import posix
 
 PR_SET_PDEATHSIG = 1
-PR_GET_DUMPABLE = 3
-PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_CHILD_SUBREAPER = 36
-RLIMIT_CORE = 4
 LOCK_SH, LOCK_EX, LOCK_NB, LOCK_UN = 1, 2, 4, 8
 CLONE_PARENT = 0x00008000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -57,7 +55,6 @@ class _HoldingTheGil(_ctypes.CFuncPtr):
 
 
 prctl = _Function(("prctl", _Process))
-setrlimit = _Function(("setrlimit", _Process))
 flock = _Function(("flock", _Process))
 setns = _Function(("setns", _Process))
 unshare = _Function(("unshare", _Process))

@@ -1,4 +1,7 @@
-"""What each engine cannot enforce, stated for ``workspace_info`` and ``codespace doctor``."""
+"""What each engine cannot enforce, stated for ``workspace_info`` and ``codespace doctor``.
+
+Runs in the server.
+"""
 
 from __future__ import annotations
 

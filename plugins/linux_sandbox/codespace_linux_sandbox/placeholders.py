@@ -1,5 +1,8 @@
 """Placeholders for missing protected names, shared by concurrent commands.
 
+Runs in the per-command helper (bubblewrap engine); the server sweeps what a killed
+server's helpers left.
+
 A mount needs a mount point, and inside a writable root the mount point is a directory
 on the host: the helper creates it before bwrap runs (upstream does the same). It cannot be
 made inside the sandbox alone: the sandbox sees the writable root through a bind mount of

@@ -1,5 +1,7 @@
 """Protected names below the top of each writable root (``sub/.git``, ``a/b/.codex``).
 
+Runs in the server.
+
 The core protects names such as ``.git`` at any depth (the file tools refuse
 ``sub/.git/config``), while its layout lists only each writable root's own
 ``<root>/<name>``. Those below are found here, by a walk of the writable roots, and added to

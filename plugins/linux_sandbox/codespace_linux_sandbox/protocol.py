@@ -1,5 +1,7 @@
 """The sandbox-helper handshake, protocol version 1: CodeSpace-owned data, no upstream types.
 
+Runs in the server.
+
 The server builds a :class:`Handshake` for every sandboxed command and hands its JSON to the
 helper over an inherited pipe (``CommandSpec.inherit["handshake"]``, descriptor number in
 ``CODESPACE_FD_HANDSHAKE``), never on argv or the command's stdin. The seccomp program

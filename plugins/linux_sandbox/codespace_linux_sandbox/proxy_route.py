@@ -1,5 +1,7 @@
 """The helper's side of the egress proxy route (network ``allowlist``).
 
+Runs in the per-command helper.
+
 The server's proxy gives each sandboxed command a route: a private Unix socket (0600, in a
 0700 directory of the state directory, never visible inside the sandbox). The helper
 connects to it before the command starts and keeps that connection open while it

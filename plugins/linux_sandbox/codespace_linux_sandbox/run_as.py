@@ -1,5 +1,7 @@
 """The server's side of the command's host identity (see :mod:`.identity` for the helper's).
 
+Runs in the server.
+
 A server running as root never lets a command run as host root. It picks the command's ids
 per workspace: the workspace owner's (uid and group of the workspace root) when that is not
 root, so the command acts as the person whose files these are; otherwise the policy's

@@ -1,6 +1,8 @@
 """The seccomp programs (upstream's three modes and ``proxy_tcp``, CodeSpace's mode for
 Landlock with a network allowlist), compiled once per mode in the server.
 
+Runs in the server.
+
 Binding: ``pyseccomp``, a ctypes wrapper of the system libseccomp (Debian ``libseccomp2``,
 which apt itself depends on). libseccomp does what a hand-written BPF filter tends to get
 wrong: the architecture check (x86_64 and aarch64 programs; a foreign ABI such as i386

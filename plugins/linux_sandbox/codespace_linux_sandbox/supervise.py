@@ -1,5 +1,7 @@
 """Supervision: the helper stays the command's parent (or bwrap's) until it ends.
 
+Runs in the per-command helper.
+
 bubblewrap engine — process tree::
 
     helper (session leader) ── bwrap (own session; PID 1 of the helper's PID namespace)

@@ -1,5 +1,8 @@
 """Connections to the Unix sockets the policy lists (``network.allow_unix_sockets``), brokered.
 
+Runs in the per-command helper (the broker, a thread) and in the command's child
+(:func:`install`, the filter).
+
 With the network off the ``restricted`` filter denies ``connect``. When the policy lists
 sockets, the command gets ``restricted_unix`` instead (``connect`` allowed by that filter;
 ``socket()`` stays AF_UNIX stream/seqpacket only) plus a second filter, installed last in

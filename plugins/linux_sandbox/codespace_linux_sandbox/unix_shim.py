@@ -1,6 +1,6 @@
-"""Inside the sandbox (bubblewrap), before a command whose policy lists Unix sockets:
-``python -I -S unix_shim.py FD -- ARGV...`` adds the connect broker's filter to this process
-(see :mod:`.unix_broker`), sends its listener to the helper over FD, and execs ARGV."""
+"""In the command's child, inside the sandbox (bubblewrap), before a command whose policy lists
+Unix sockets: ``python -I -S unix_shim.py FD -- ARGV...`` adds the connect broker's filter to
+this process (see :mod:`.unix_broker`), sends its listener to the helper over FD, and execs ARGV."""
 
 import posix
 import sys

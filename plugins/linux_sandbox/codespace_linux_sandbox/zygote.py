@@ -19,8 +19,12 @@ does), asks for SIGTERM when the server dies, puts the three descriptors on 0/1/
 :func:`.helper.run` with the handshake exactly as a helper started per command would
 (handshake v1 checks, messages, exit codes, engines, supervision).
 
-Hardening (DESIGN §6) happens here once and is inherited by every child: non-dumpable,
-``RLIMIT_CORE`` 0, ``LD_*`` removed; failure is fatal with upstream's exit codes. The
+Runs in the warm helper (:func:`serve`) and, after each clone, in the per-command helper
+(:func:`_become_per_command_helper`).
+
+Hardening (DESIGN §6, :mod:`codespace.contract.hardening`) happens here once and is
+inherited by every child: non-dumpable, ``RLIMIT_CORE`` 0, ``LD_*`` removed; failure is
+fatal with upstream's exit codes. The
 zygote dies with the server (``PR_SET_PDEATHSIG`` SIGKILL, re-checked) and exits when the
 server closes its end of the socket.
 """
@@ -31,7 +35,8 @@ import posix
 import sys
 
 from . import helper, libc
-from .hardening import HardeningError, harden_self
+from .core_hardening import harden_or_fail
+from .failure import SETUP_FAILED_EXIT_CODE, fail
 
 REQUEST = b"CSZ1"
 REQUEST_USERNS = b"CSZ1+u"  # the last descriptor is the user namespace of options.run_as's id mapping
@@ -44,7 +49,17 @@ def _preload() -> None:
     # Everything a per-command helper may need, imported once here instead of in every child.
     import _json  # noqa: F401 - the handshake's scanner
 
-    from . import bwrap_argv, identity, landlock, landlock_engine, placeholders, proxy_route, supervise  # noqa: F401
+    from . import (  # noqa: F401
+        bwrap_argv,
+        bwrap_engine,
+        identity,
+        landlock,
+        landlock_child,
+        landlock_engine,
+        placeholders,
+        proxy_route,
+        supervise,
+    )
 
 
 def _read_all(fd: int) -> bytes:
@@ -54,9 +69,10 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _child(channel: _socket.socket, fds: list[int], server: int, in_session: int, userns: int | None) -> None:
+def _become_per_command_helper(channel: _socket.socket, fds: list[int], server: int, in_session: int,
+                               userns: int | None) -> None:
     """The per-command helper, in the child of clone(CLONE_PARENT). Never returns."""
-    code = helper.SETUP_FAILED_EXIT_CODE
+    code = SETUP_FAILED_EXIT_CODE
     try:
         channel.close()  # never hold the zygote's socket: the server watches it for the zygote's end
         posix.setsid()
@@ -73,7 +89,7 @@ def _child(channel: _socket.socket, fds: list[int], server: int, in_session: int
         posix.close(fds[3])
         code = helper.run(raw, fds[4] if len(fds) > 4 else None, hardened=True, userns_fd=userns)
     except BaseException as exc:  # noqa: BLE001 - a child must never return into the zygote's loop
-        helper._fail(f"the warm helper's child failed: {exc}")
+        fail(f"the warm helper's child failed: {exc}")
     posix._exit(code)
 
 
@@ -92,10 +108,8 @@ def serve(channel_fd: bytes, parent: bytes) -> int:
     libc.prctl(libc.PR_SET_PDEATHSIG, 9)
     if posix.getppid() != server:
         return 1  # the server is already gone (or this was not started by one)
-    try:
-        harden_self()
-    except HardeningError as exc:
-        return helper._fail(str(exc), exc.exit_code)
+    if code := harden_or_fail():
+        return code
     for name in [k for k in posix.environ if k.startswith(b"CODESPACE_")]:
         posix.unsetenv(name)
         del posix.environ[name]
@@ -134,7 +148,7 @@ def serve(channel_fd: bytes, parent: bytes) -> int:
         else:
             if pid == 0:
                 posix.close(in_session[0])
-                _child(channel, fds, server, in_session[1], userns)
+                _become_per_command_helper(channel, fds, server, in_session[1], userns)
             reply = b"P%d" % pid
         if in_session is not None:
             posix.close(in_session[1])

@@ -1,10 +1,9 @@
-"""Process hardening of the helper, checked from outside while it runs."""
+"""Process hardening of the helper, checked from outside while it runs (the hardening itself,
+:mod:`codespace.contract.hardening`, is tested with the core)."""
 
 from __future__ import annotations
 
-import ctypes
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -12,12 +11,9 @@ import time
 
 import pytest
 from codespace_linux_sandbox.backend import HELPER_SCRIPT
-from codespace_linux_sandbox.hardening import harden_self
 from conftest import READ_ONLY, make_env
 
 from codespace.processes.kill import kill_session
-
-PR_GET_DUMPABLE = 3
 
 
 def _wait_for_output(proc: subprocess.Popen, text: bytes, timeout: float = 20) -> bytes:
@@ -30,22 +26,17 @@ def _wait_for_output(proc: subprocess.Popen, text: bytes, timeout: float = 20) -
     return seen
 
 
-def test_harden_self_in_a_child():
-    pid = os.fork()
-    if pid == 0:
-        ok = False
-        try:
-            os.environ["LD_CODESPACE_TEST"] = "1"
-            os.putenv("LD_CODESPACE_TEST", "1")
-            harden_self()
-            libc = ctypes.CDLL(None)
-            ok = (libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
-                  and resource.getrlimit(resource.RLIMIT_CORE) == (0, 0)
-                  and "LD_CODESPACE_TEST" not in os.environ)
-        finally:
-            os._exit(0 if ok else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+def _payloads_on_pipes(spec) -> tuple[dict[str, str], list[int]]:
+    """The helper's environment and inherited descriptors for ``spec`` (a ``wrap`` result), as the host
+    makes them: each payload on a pipe of its own."""
+    env, fds = dict(spec.env), []
+    for name, payload in spec.inherit.items():
+        r, w = os.pipe()
+        os.write(w, payload)
+        os.close(w)
+        env[f"CODESPACE_FD_{name.upper()}"] = str(r)
+        fds.append(r)
+    return env, fds
 
 
 def test_running_helper_is_hardened_and_keeps_the_commands_ld_variables(sandbox_env):
@@ -91,14 +82,7 @@ def test_helper_is_not_dumpable(base):
     for path in (base, env.ws, env.ws / "sub", env.outside, base / "home"):
         os.chmod(path, 0o755)
     spec = env.spec(["/bin/sh", "-c", "echo ready; sleep 30"])
-    child_env = dict(spec.env)
-    fds = []
-    for name, payload in spec.inherit.items():
-        r, w = os.pipe()
-        os.write(w, payload)
-        os.close(w)
-        child_env[f"CODESPACE_FD_{name.upper()}"] = str(r)
-        fds.append(r)
+    child_env, fds = _payloads_on_pipes(spec)
 
     def drop_to_nobody() -> None:
         os.setgroups([])
@@ -126,3 +110,30 @@ def test_helper_is_not_dumpable(base):
     finally:
         kill_session(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=20)
+
+
+def test_the_helper_hardens_itself_without_importing_the_core(sandbox_env):
+    """The core's hardening module comes from its file (core_hardening): neither the core's packages
+    nor typing are imported on the way, and the command still runs."""
+    spec = sandbox_env.spec(["/bin/true"])
+    env, fds = _payloads_on_pipes(spec)
+    try:
+        run = subprocess.run([spec.argv[0], "-X", "importtime", *spec.argv[1:]], cwd=spec.cwd, env=env,
+                             pass_fds=fds, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert run.returncode == 0, run.stderr[-2000:]
+    modules = {line.split("|")[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert "codespace_linux_sandbox.entry" in modules
+    assert not [m for m in modules if m.split(".")[0] in ("codespace", "typing", "pydantic")], sorted(modules)
+
+
+def test_a_helper_that_cannot_load_the_hardening_module_does_not_run():
+    from codespace_linux_sandbox.backend import helper_argv
+    from codespace_linux_sandbox.core_hardening import ENV
+
+    run = subprocess.run(helper_argv(), env={ENV: "/nonexistent/hardening.py"}, capture_output=True, text=True,
+                         timeout=30, check=False)
+    assert run.returncode == 125
+    assert "cannot harden this process" in run.stderr and "/nonexistent/hardening.py" in run.stderr

@@ -10,6 +10,7 @@ import pytest
 from codespace_linux_sandbox import handshake
 from codespace_linux_sandbox.backend import helper_argv
 from codespace_linux_sandbox.helper import SETUP_FAILED_EXIT_CODE
+from codespace_linux_sandbox.launcher import helper_environment
 from codespace_linux_sandbox.protocol import (
     PROTOCOL_VERSION,
     Command,
@@ -32,7 +33,7 @@ def _valid() -> Handshake:
 
 
 def run_helper(payload: bytes | None, extra_env: dict[str, str] | None = None) -> tuple[int, str]:
-    env = dict(extra_env or {})
+    env = {**helper_environment(), **(extra_env or {})}
     fds = []
     if payload is not None:
         r, w = os.pipe()
@@ -155,7 +156,7 @@ def test_helper_runs_without_pydantic_or_the_core():
     probe = ("import sys; sys.path.insert(0, %r); import codespace_linux_sandbox.helper, "
              "codespace_linux_sandbox.bwrap_argv, codespace_linux_sandbox.supervise, "
              "codespace_linux_sandbox.placeholders, codespace_linux_sandbox.proxy_route, "
-             "codespace_linux_sandbox.zygote; "
+             "codespace_linux_sandbox.zygote, codespace_linux_sandbox.entry, codespace_linux_sandbox.bwrap_engine; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in "
              "('pydantic', 'json', 're', 'codespace', 'typing', 'ctypes', 'os')))")
     root = os.path.dirname(os.path.dirname(handshake.__file__))

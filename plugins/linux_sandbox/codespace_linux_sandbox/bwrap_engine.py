@@ -1,0 +1,143 @@
+"""The bubblewrap engine, per-command helper side: build the sandbox with bwrap, supervise it.
+
+Runs in the per-command helper. In order: take the placeholder lock, plan bwrap's mounts
+(:mod:`.bwrap_argv`), register the command's proxy route, prepare the command's host
+identity (server as root, :mod:`.identity`), then start bwrap as PID 1 of the helper's own
+PID namespace and stay its parent (:mod:`.supervise`). The command's own child is bwrap's:
+bwrap builds the namespaces, mounts, capabilities and seccomp filter itself; this package
+runs inside only :mod:`.unix_shim`, when the policy lists Unix sockets.
+"""
+
+
+import posix
+import sys
+
+from . import bwrap_argv, supervise
+from .bwrap_argv import SetupError
+from .core_hardening import harden
+from .failure import fail
+from .identity import BwrapIdentity, IdentityError, drop_unreachable
+from .placeholders import Placeholders, hold
+
+
+def run_in_helper(hs: dict, seccomp_fd: int | None, *, hardened: bool, userns_fd: int | None = None) -> int:
+    """Run the command of the checked handshake ``hs``; returns the helper's exit code.
+    ``hardened``: this process already is (forked by the warm helper); else hardening overlaps
+    bwrap's set-up."""
+    bwrap = hs["options"].get("bwrap")
+    if not bwrap:
+        return fail("handshake field 'options.bwrap' is required by the bubblewrap engine")
+    run_as = hs["options"].get("run_as")
+    if run_as is not None:
+        hs = drop_unreachable(hs, run_as)
+    route = hs["policy"].get("proxy") if hs["policy"]["network"] == "proxy" else None
+    try:
+        # Before the walk for missing names: see placeholders.py (what it finds stays until the end).
+        lock = _hold_placeholder_lock(hs["options"]["run_dir"])
+        plan = bwrap_argv.build(hs)
+        registration = _register_route(route)
+        identity = _identity(hs, userns_fd)
+    except SetupError as exc:
+        return fail(str(exc))
+    extra = _identity_and_proc_args(hs, identity)
+
+    def args_for(info_fd: int, block_fd: int) -> list[str]:
+        return [*bwrap_argv.finish(plan, seccomp_fd=seccomp_fd, info_fd=info_fd, block_fd=block_fd), *extra]
+
+    def open_proxy_listener(sandbox_pid: int) -> None:
+        from . import proxy_route
+
+        proxy_route.listen_inside(sandbox_pid, route["port"], registration)
+
+    hardening = _HardenDuringSetup(hardened)
+    command, pass_fds = _command_and_fds(hs, seccomp_fd)
+    try:
+        with Placeholders(hs["options"]["run_dir"], plan.placeholders, lock):
+            code, received = supervise.run_bwrap(
+                bwrap, args_for, command, pass_fds, hardening,
+                sandbox_ready=open_proxy_listener if route is not None else None, identity=identity,
+                own_session=not plan.terminal)  # a terminal's command keeps it as controlling tty
+    except (supervise.SandboxSetupError, IdentityError) as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"cannot start the sandbox ({bwrap}): {exc.strerror or exc}")
+    finally:
+        if registration is not None:
+            posix.close(registration)  # the proxy releases this command's route
+    if hardening.failed is not None:
+        return fail(*hardening.failed)
+    return supervise.reraise_or_code(code, received)
+
+
+def _hold_placeholder_lock(run_dir: str) -> int:
+    try:
+        return hold(run_dir)
+    except OSError as exc:
+        raise SetupError(f"cannot take the placeholder lock in {run_dir}: {exc}") from None
+
+
+def _register_route(route: dict | None) -> int | None:
+    """This command's registration with its egress-proxy route (network 'proxy'), or None."""
+    if route is None:
+        return None
+    from . import proxy_route
+
+    try:
+        return proxy_route.register(route["socket"], announce=False)
+    except RuntimeError as exc:
+        raise SetupError(str(exc)) from None
+
+
+def _identity(hs: dict, userns_fd: int | None) -> BwrapIdentity | None:
+    """The command's host identity when the server runs as root (see :mod:`.identity`), or None."""
+    run_as = hs["options"].get("run_as")
+    if run_as is None:
+        return None
+    try:
+        identity = BwrapIdentity(run_as, userns_fd, [w for w in hs["policy"]["writable"] if w != "/"])
+        identity.prepare()
+    except IdentityError as exc:
+        raise SetupError(f"cannot run the command as an unprivileged user: {exc}") from None
+    return identity
+
+
+def _identity_and_proc_args(hs: dict, identity: BwrapIdentity | None) -> list[str]:
+    extra = []
+    if hs["options"].get("mount_proc", True):
+        # bwrap covers /proc/sys only when it finds the directory writable, which a directory of
+        # proc never is: its files stay writable to a uid the kernel takes for root.
+        extra += ["--ro-bind", "/proc/sys", "/proc/sys"]
+    if identity is not None and identity.idmap:
+        extra += ["--uid", "0", "--gid", "0"]  # inside: ids 0, what the idmapped files show
+    return extra
+
+
+def _command_and_fds(hs: dict, seccomp_fd: int | None) -> tuple[list[str], list[int]]:
+    """What bwrap runs after ``--``, and the descriptors it must inherit."""
+    command, pass_fds = hs["command"]["argv"], [] if seccomp_fd is None else [seccomp_fd]
+    sockets = hs["policy"].get("allow_unix_sockets")
+    if sockets:  # network.allow_unix_sockets: the shim adds the broker's filter inside, then execs
+        from . import unix_broker
+
+        ours, theirs = unix_broker.channel()
+        unix_broker.start(ours, sockets)
+        shim = __file__.rpartition("/")[0] + "/unix_shim.py"
+        command, pass_fds = [sys.executable, "-I", "-S", shim, str(theirs), "--", *command], [*pass_fds, theirs]
+    return command, pass_fds
+
+
+class _HardenDuringSetup:
+    """supervise.run_bwrap's ``after_spawn``: hardening overlaps bwrap's set-up (loading the FFI
+    costs the better part of a millisecond); if it fails, the sandbox is killed before the
+    helper goes on, and :attr:`failed` holds (message, exit code)."""
+
+    def __init__(self, hardened: bool) -> None:
+        self.hardened = hardened
+        self.failed: tuple[str, int] | None = None
+
+    def __call__(self, pid: int) -> None:
+        if self.hardened:
+            return
+        self.failed = harden()
+        if self.failed is not None:
+            posix.kill(pid, 9)
