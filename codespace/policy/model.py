@@ -5,11 +5,11 @@ keys are errors (a typo must not silently weaken a rule), and every error names
 the file, the field and the problem.
 """
 
-import tomllib
 from pathlib import Path
 from typing import Literal
 
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -194,7 +194,10 @@ class SandboxPolicy(_Strict):
     """``auto``: sandbox commands whenever the policy restricts anything and an
     engine works; ``required``: refuse to run commands when no engine works;
     ``off``: never sandbox."""
-    engine: Literal["auto", "bubblewrap", "landlock"] = "auto"
+    engine: str = Field(default="auto", pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    """``auto`` or the name of an engine the sandbox plugin offers (``codespace doctor``
+    lists them; the sandbox plugin's ``SandboxInfo.engines``). The core refuses commands
+    when it names none the installed sandbox offers, whatever ``mode`` says."""
     run_as_uid: int = Field(default=65534, ge=1, le=4294967294)
     """Host uid of sandboxed commands when the server runs as root and the workspace
     is owned by root (a command never runs as host root; a workspace owned by another
@@ -260,10 +263,24 @@ def _describe_validation_error(path: Path, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def default_policy() -> Policy:
+    """``Policy()``, built without validating: every default is valid by construction (a test
+    compares the two), and validation would first build the schemas of nine models, which a
+    one-shot process such as the patch helper would pay at every start."""
+    sections = {
+        name: field.annotation.model_construct()
+        for name, field in Policy.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    }
+    return Policy.model_construct(_fields_set=set(), **sections)
+
+
 def load_policy(path: Path | None) -> Policy:
     """Read and validate a policy file; ``None`` gives the defaults."""
     if path is None:
-        return Policy()
+        return default_policy()
+    import tomllib  # only a policy file needs it
+
     try:
         raw = path.read_bytes()
     except OSError as exc:

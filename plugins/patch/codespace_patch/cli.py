@@ -6,11 +6,13 @@ stdout, one error line to stderr; exit 0 on success, 1 on failure, 2 on a usage
 error. It can therefore run where a process is needed (inside the sandbox) and
 be compared with the released binary byte for byte.
 
-Unlike upstream it is governed: the workspace is the current directory, every
-target is checked against the workspace policy before anything runs (a refusal
-exits 1 with the policy's message), and all file access goes through the
-file-system plugin (``codespace-fs``). Extra exit codes: 3 when the workspace or
-its file-system backend is unusable, 5 and 7 when start-up hardening fails.
+Unlike upstream it is governed: the workspace is the current directory, and
+before anything runs the core decides (:mod:`codespace.contract.gate`: the
+gateway's rules and messages) whether the patch may touch its targets; a refusal
+exits 1 with the policy's message. The helper only implements the decision, and
+reads and writes files only through the file-system plugin the server would use
+(``codespace-fs``). Extra exit codes: 3 when the workspace or its file-system
+backend is unusable, 5 and 7 when start-up hardening fails.
 
 Environment: ``CODESPACE_PATCH_MODE`` = ``upstream`` (default) or ``atomic``;
 ``CODESPACE_STATE_DIR`` (the journal of atomic mode lives there).
@@ -83,29 +85,24 @@ def main(argv: list[str] | None = None) -> int:
     if mode not in ("upstream", "atomic"):
         _err(f"codespace-apply-patch: {MODE_ENV} must be 'upstream' or 'atomic', not {mode!r}\n")
         return EXIT_SETUP
-    import asyncio
-
-    return asyncio.run(_run(text, mode))
+    return _run(text, mode)
 
 
-async def _run(text: str, mode: str) -> int:
+def _run(text: str, mode: str) -> int:
+    from codespace.contract import gate
+
     from .errors import PatchError
     from .parser import parse_patch
-
-    from codespace.workspace import Workspace, WorkspaceError
+    from .targets import targets_of
 
     try:
-        workspace = Workspace.open(os.getcwd())
-    except WorkspaceError as exc:
+        workspace = gate.open_workspace(os.getcwd())
+    except gate.WorkspaceError as exc:
         _err(f"codespace-apply-patch: {exc}\n")
         return EXIT_SETUP
-    limit = workspace.limits.max_argument_bytes
-    size = len(text.encode("utf-8"))
-    if size > limit:
-        _err(
-            f"refused by policy: the patch is {size} bytes and limits.max_argument_bytes is {limit}. "
-            "To proceed: split it into smaller patches.\n"
-        )
+    refusal = gate.patch_size_refusal(workspace, len(text.encode("utf-8")))
+    if refusal is not None:
+        _err(refusal.message + "\n")
         return EXIT_FAILED
     try:
         patch = parse_patch(text)
@@ -113,41 +110,23 @@ async def _run(text: str, mode: str) -> int:
         _err(exc.message + "\n")
         return EXIT_FAILED
     cwd = str(workspace.root)
-    refusal = _check_policy(patch, workspace, cwd)
+    refusal = gate.patch_targets_refusal(workspace, targets_of(patch, cwd))
     if refusal is not None:
-        _err(refusal + "\n")
+        _err(refusal.message + "\n")
         return EXIT_FAILED
     fs = _filesystem(workspace)
     if fs is None:
         return EXIT_SETUP
-    return await _apply(patch, mode, workspace, fs, cwd)
+    import asyncio  # the FileSystem backend's methods are coroutines
 
-
-def _check_policy(patch, workspace, cwd: str) -> str | None:  # noqa: ANN001
-    """The gateway's check, for a helper started outside the server."""
-    from codespace.policy import normalize, validate_agent_path
-
-    for section in patch.sections:
-        for raw in (section.path, getattr(section, "move_to", None)):
-            if raw is None:
-                continue
-            path = normalize(raw, cwd)
-            problem = validate_agent_path(path)
-            if problem is not None:
-                return f"refused: {problem} (rule: path syntax; path {path!r}). To proceed: pass a valid path."
-            refusal = workspace.paths.check(path, "write")
-            if refusal is not None:
-                return refusal.message
-    return None
+    return asyncio.run(_apply(patch, mode, workspace, fs, cwd))
 
 
 def _filesystem(workspace):  # noqa: ANN001, ANN202
-    from codespace.plugins import Plugins
+    from codespace.contract import gate
 
-    plugins = Plugins.load(allow=workspace.policy.plugins.allow, block=workspace.policy.plugins.block, builtins=())
-    fs, _ = plugins.filesystem(workspace)
+    fs, failed = gate.filesystem(workspace)
     if fs is None:
-        failed = [f"{i.name}: {i.error}" for i in plugins.listing() if i.status == "failed"]
         _err(
             "codespace-apply-patch: no file-system backend is installed; the helper reads and writes files only "
             "through one. Install codespace-fs (pip install ./plugins/fs from the CodeSpace repository)"
@@ -157,7 +136,7 @@ def _filesystem(workspace):  # noqa: ANN001, ANN202
 
 
 async def _apply(patch, mode: str, workspace, fs, cwd: str) -> int:  # noqa: ANN001
-    from codespace.policy import normalize
+    from codespace.contract.gate import normalize
 
     from .errors import PatchError
     from .sections import run_sections

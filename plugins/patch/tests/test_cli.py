@@ -116,5 +116,18 @@ def test_startup_imports_stay_lean(ws, argv, env):
     assert done.returncode == 0, done.stderr
     modules = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "codespace_patch.cli" in modules
-    for heavy in ("mcp", "codespace.server", "codespace.gateway", "codespace.tools.files", "anyio", "difflib"):
+    for heavy in ("mcp", "codespace.server", "codespace.gateway", "codespace.tools.files", "anyio", "difflib",
+                  "tomllib"):
         assert heavy not in modules, f"{heavy} is imported at helper start-up"
+
+
+def test_a_refusal_loads_no_plugin_and_no_event_loop(ws, argv, env):
+    # The core's gate decides before the helper looks for its file-system backend.
+    lean = [argv[0], "-X", "importtime", *argv[1:]]
+    done = subprocess.run([*lean, patch_of("*** Add File: ../out.txt", "+x")], cwd=ws, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and "refused by policy:" in done.stderr
+    modules = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "codespace.contract.gate" in modules
+    for heavy in ("asyncio", "codespace.plugins", "pluggy", "codespace_patch_testfs"):
+        assert heavy not in modules, f"{heavy} is imported before the refusal"

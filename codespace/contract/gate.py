@@ -1,0 +1,152 @@
+"""The core's decisions, for a helper process that runs without a server to ask.
+
+``codespace-apply-patch`` is upstream's command-line ``apply_patch`` under the workspace
+policy: an agent's command runs it inside the sandbox, the conformance run compares it
+with the released binary. No gateway stands in front of it, so it asks this module what
+the gateway would decide, and implements the answer: the same workspace (root, policy
+file, state directory, hidden paths), the same rules in the same order, the same
+messages. The helper decides nothing itself.
+
+Answers come back as :class:`Refused` (or None); the helper shows ``message`` and exits 1.
+
+Start-up time is most of what a one-shot helper costs, so the core's heavier parts
+(pydantic validation of a policy file, plugin loading) load only when an answer needs
+them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple
+
+from ..policy.paths import normalize, validate_agent_path
+from .errors import Refused
+
+if TYPE_CHECKING:
+    from ..policy.paths import PathRules
+    from .files import FileSystem
+    from .workspace import WorkspaceView
+
+__all__ = [
+    "Target",
+    "WorkspaceError",
+    "filesystem",
+    "normalize",
+    "open_workspace",
+    "patch_size_refusal",
+    "patch_targets_refusal",
+    "path_syntax_refusal",
+    "paths_refusal",
+    "split_patch_targets",
+]
+
+
+class Target(NamedTuple):
+    """A path a patch touches, as :meth:`Patcher.plan` lists it. The functions below take
+    these or the contract's ``PatchTarget`` models alike: a helper need not build a model
+    to be told what it may write."""
+
+    path: str
+    """Absolute, lexically normalised."""
+    action: str
+    """``add``, ``update``, ``delete`` or ``move``."""
+    role: str = "target"
+    """``target``, ``move_source`` or ``move_destination``."""
+
+
+def open_workspace(root: str | os.PathLike[str]) -> WorkspaceView:
+    """The workspace at ``root`` as a server started there would serve it: its policy file
+    (``.codespace/policy.toml``), ``CODESPACE_STATE_DIR`` or the default state directory,
+    and the paths the core hides. Raises :class:`WorkspaceError` when it cannot be served;
+    the message says how to fix it."""
+    from ..workspace import Workspace
+
+    return Workspace.open(root)
+
+
+def __getattr__(name: str) -> object:
+    # WorkspaceError lives with the workspace, whose module loads the policy model.
+    if name == "WorkspaceError":
+        from ..workspace import WorkspaceError
+
+        return WorkspaceError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def patch_size_refusal(workspace: WorkspaceView, size: int) -> Refused | None:
+    """A patch of ``size`` bytes (UTF-8) against ``limits.max_argument_bytes``: the limit the
+    gateway applies to a call's arguments, said of the patch a helper was given."""
+    limit = workspace.limits.max_argument_bytes
+    if size <= limit:
+        return None
+    return Refused(
+        "limits.max_argument_bytes",
+        f"refused by policy: the patch is {size} bytes and limits.max_argument_bytes is {limit}. "
+        "To proceed: split it into smaller patches.",
+    )
+
+
+def path_syntax_refusal(path: str) -> Refused | None:
+    """A path no file can have (empty, a NUL byte, too long...), before any rule applies."""
+    problem = validate_agent_path(path)
+    if problem is None:
+        return None
+    return Refused(
+        "path syntax", f"refused: {problem} (rule: path syntax; path {path!r}). To proceed: pass a valid path."
+    )
+
+
+def paths_refusal(
+    rules: PathRules, *, read: Iterable[str] = (), write: Iterable[str] = (), write_through: Iterable[str] = ()
+) -> Refused | None:
+    """The first refusal among a call's paths, in the gateway's order: reads, then writes
+    (a final link is replaced or removed, not followed), then writes through a final link
+    (judged where the link leads)."""
+    for path in read:
+        refusal = rules.check(path, "read")
+        if refusal is not None:
+            return refusal
+    for path in write:
+        refusal = rules.check(path, "write")
+        if refusal is not None:
+            return refusal
+    for path in write_through:
+        refusal = rules.check(path, "write", follow_leaf=True)
+        if refusal is not None:
+            return refusal
+    return None
+
+
+def split_patch_targets(targets: Iterable[Target]) -> tuple[list[str], list[str]]:
+    """(paths written, paths written through) of a patch's targets, one entry per target.
+    Adds, updates and move destinations write through a linked file, as upstream does:
+    they are judged where the link leads. Deletes and move sources remove the link
+    itself, and so does every other target at a path the patch removes."""
+    targets = list(targets)
+    removed = {t.path for t in targets if t.action == "delete" or t.role == "move_source"}
+    return [t.path for t in targets if t.path in removed], [t.path for t in targets if t.path not in removed]
+
+
+def patch_targets_refusal(workspace: WorkspaceView, targets: Iterable[Target]) -> Refused | None:
+    """May a patch with these targets be applied in ``workspace``? None, or the gateway's
+    refusal for the same patch (path syntax first, then the path rules)."""
+    removes, writes = split_patch_targets(targets)
+    for path in (*removes, *writes):
+        refusal = path_syntax_refusal(path)
+        if refusal is not None:
+            return refusal
+    return paths_refusal(workspace.paths, write=removes, write_through=writes)
+
+
+def filesystem(workspace: WorkspaceView) -> tuple[FileSystem | None, list[str]]:
+    """The file-system backend a server would use for ``workspace`` (the same plugins, the
+    same allow and block lists, the same order), or None; and ``name: error`` for each
+    plugin that failed to load."""
+    from ..plugins import Plugins
+
+    policy = workspace.policy.plugins
+    plugins = Plugins.load(allow=policy.allow, block=policy.block, builtins=())
+    fs, _ = plugins.filesystem(workspace)  # type: ignore[arg-type]
+    failed = [f"{i.name}: {i.error}" for i in plugins.listing() if i.status == "failed"]
+    return fs, failed

@@ -1,0 +1,117 @@
+"""The core's gate for helpers without a server (``codespace.contract.gate``): the gateway's
+decisions and messages, and the default policy a helper gets without validating it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codespace.contract import gate
+from codespace.policy import Policy, load_policy
+from codespace.policy.model import default_policy
+from codespace.workspace import Workspace, WorkspaceError
+
+
+def test_default_policy_is_policy_without_validation():
+    assert default_policy() == Policy() == load_policy(None)
+    assert default_policy().model_dump() == Policy().model_dump()
+    assert default_policy().model_fields_set == Policy().model_fields_set == set()
+    assert default_policy().filesystem.model_fields_set == set()
+    with pytest.raises(Exception):
+        load_policy(None).limits.max_sessions = 5  # type: ignore[misc]
+
+
+def test_defaults_build_no_schema_and_need_no_toml_parser():
+    code = (
+        "import sys\nfrom codespace.policy.model import Policy, load_policy\n"
+        "load_policy(None)\n"
+        "print(type(Policy.__pydantic_validator__).__name__, 'tomllib' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["MockValSer", "False"], done.stderr
+
+
+@pytest.fixture
+def workspace(ws: Path, state: Path) -> Workspace:
+    return Workspace.open(ws, state_dir=state)
+
+
+def test_open_workspace_is_the_servers_workspace(ws, state, monkeypatch):
+    monkeypatch.setenv("CODESPACE_STATE_DIR", str(state))
+    opened = gate.open_workspace(ws)
+    served = Workspace.open(ws, state_dir=state)
+    assert (opened.root, opened.state_dir, opened.policy) == (served.root, served.state_dir, served.policy)
+    assert opened.paths.rules == served.paths.rules
+    monkeypatch.setenv("CODESPACE_STATE_DIR", str(ws))
+    assert gate.WorkspaceError is WorkspaceError
+    with pytest.raises(gate.WorkspaceError, match="contains the workspace"):
+        gate.open_workspace(ws)
+
+
+def test_patch_size_refusal(workspace):
+    limit = workspace.limits.max_argument_bytes
+    assert gate.patch_size_refusal(workspace, limit) is None
+    refusal = gate.patch_size_refusal(workspace, limit + 1)
+    assert refusal.rule == "limits.max_argument_bytes"
+    assert refusal.message == (
+        f"refused by policy: the patch is {limit + 1} bytes and limits.max_argument_bytes is {limit}. "
+        "To proceed: split it into smaller patches."
+    )
+
+
+def test_path_syntax_refusal_is_the_gateways():
+    assert gate.path_syntax_refusal("/ws/a.txt") is None
+    refusal = gate.path_syntax_refusal("/ws/a\0b")
+    assert refusal.rule == "path syntax"
+    assert refusal.message == (
+        "refused: the path contains a NUL byte, which no file name can hold (rule: path syntax; "
+        "path '/ws/a\\x00b'). To proceed: pass a valid path."
+    )
+
+
+def test_split_patch_targets():
+    targets = [
+        gate.Target("/w/a", "add"), gate.Target("/w/d", "delete"), gate.Target("/w/u", "update"),
+        gate.Target("/w/from", "move", "move_source"), gate.Target("/w/to", "move", "move_destination"),
+    ]
+    assert gate.split_patch_targets(targets) == (["/w/d", "/w/from"], ["/w/a", "/w/u", "/w/to"])
+    # A path the patch removes is judged as removed for every target at it (as the gateway's plan check does).
+    again = [gate.Target("/w/p", "delete"), gate.Target("/w/p", "add"), gate.Target("/w/q", "add")]
+    assert gate.split_patch_targets(again) == (["/w/p", "/w/p"], ["/w/q"])
+
+
+def test_writes_are_judged_where_a_link_leads_and_removals_on_the_link(workspace, tmp_path):
+    root = workspace.root
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside / "secret.txt", root / "link-out")
+    link = str(root / "link-out")
+    assert gate.patch_targets_refusal(workspace, [gate.Target(link, "delete")]) is None
+    refusal = gate.patch_targets_refusal(workspace, [gate.Target(link, "update")])
+    assert refusal == workspace.paths.check(link, "write", follow_leaf=True)
+    assert refusal.message.startswith(f"refused by policy: {link} resolves through a symbolic link to")
+
+
+def test_targets_are_judged_in_the_gateways_order(workspace):
+    root = workspace.root
+    late_write = gate.Target(f"{root}/.git/hooks/x", "add")
+    late_remove = gate.Target("/etc/hostname", "delete")
+    bad_syntax = gate.Target(f"{root}/{'n' * 300}", "add")
+    # Path syntax first, then removals, then writes: not the order of the sections.
+    assert gate.patch_targets_refusal(workspace, [late_write, late_remove, bad_syntax]).rule == "path syntax"
+    first = gate.patch_targets_refusal(workspace, [late_write, late_remove])
+    assert first == workspace.paths.check("/etc/hostname", "write")
+    assert gate.patch_targets_refusal(workspace, [late_write]).rule == "filesystem.protected"
+    assert gate.patch_targets_refusal(workspace, [gate.Target(f"{root}/fine.txt", "add")]) is None
+
+
+def test_paths_refusal_reads_then_writes(workspace):
+    rules = workspace.paths
+    hidden = "/proc/self/environ"
+    assert gate.paths_refusal(rules, read=["/etc/hostname"]) is None
+    assert gate.paths_refusal(rules, read=[hidden], write=["/etc/hostname"]) == rules.check(hidden, "read")
+    assert gate.paths_refusal(rules, write=["/etc/hostname"]) == rules.check("/etc/hostname", "write")
