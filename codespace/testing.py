@@ -1,15 +1,35 @@
-"""Helpers for tests of CodeSpace and of its plugins: a real in-process MCP session.
+"""Test support for CodeSpace and its plugins: real in-process MCP sessions, and the pytest
+fixtures around them.
 
-    async with connect(tmp_path / "ws", state_dir=tmp_path / "state", mode="legacy") as client:
+Installing ``codespace`` registers this module as a pytest plugin (entry point ``pytest11``:
+``codespace``), so any test suite in the environment has the fixtures without importing them.
+Where plugin autoloading is off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), load it with
+``-p codespace.testing`` or ``pytest_plugins = ["codespace.testing"]`` in the root conftest.py.
+
+A plugin's conftest.py says which plugins load and where its test plugins live; the rest is
+shared (README "Testing a plugin")::
+
+    @pytest.fixture
+    def enabled_plugins():
+        return ("hello",)
+
+    async def test_hello(mcp_client):
+        async with mcp_client() as client:
+            assert (await call_ok(client, "hello", {"name": "you"}))["greeting"] == "hello you"
+
+Without pytest, the plain helpers work on their own::
+
+    async with connect(tmp / "ws", state_dir=tmp / "state", mode="legacy") as client:
         result = await call_ok(client, "read_file", {"path": "a.txt"})
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +37,29 @@ from mcp import Client
 
 from .app import App
 from .server import build_server
+from .workspace import Workspace
 
 MODES = ("auto", "legacy")
+ERROR_META_KEY = "codespace/error"  # as codespace.gateway sends it
+
+_policy_numbers = itertools.count(1)
+
+
+def write_policy_file(directory: str | os.PathLike[str], text: str, name: str | None = None) -> Path:
+    """``text`` (policy TOML) as a file in ``directory``: ``name``, or a name no other call of
+    this process gives, so several policies can sit beside one workspace."""
+    path = Path(directory) / (name or f"policy-{os.getpid()}-{next(_policy_numbers)}.toml")
+    path.write_text(text)
+    return path
+
+
+def open_workspace(
+    root: str | os.PathLike[str], *, state_dir: str | os.PathLike[str], policy: str | None = None,
+) -> Workspace:
+    """The Workspace plugin hooks receive, on ``root``; ``policy`` is TOML text, written beside
+    the state directory."""
+    policy_path = None if policy is None else write_policy_file(Path(state_dir).parent, policy)
+    return Workspace.open(root, policy_path=policy_path, state_dir=state_dir)
 
 
 def build_app(
@@ -28,12 +69,9 @@ def build_app(
     policy: str | None = None,
     plugins: tuple[str, ...] | None = None,
 ) -> App:
-    """An App on ``workspace``; ``policy`` is TOML text; ``plugins`` limits which entry points load
-    (None: all installed)."""
-    policy_path = None
-    if policy is not None:
-        policy_path = Path(state_dir).parent / f"policy-{os.getpid()}-{id(policy)}.toml"
-        policy_path.write_text(policy)
+    """An App on ``workspace``; ``policy`` is TOML text (written beside the state directory);
+    ``plugins`` limits which entry points load (None: all installed)."""
+    policy_path = None if policy is None else write_policy_file(Path(state_dir).parent, policy)
     env = dict(os.environ)
     env.pop("CODESPACE_PLUGINS_BLOCK", None)
     if plugins is not None:
@@ -43,12 +81,11 @@ def build_app(
 
 @asynccontextmanager
 async def connect(app_or_workspace: App | str | os.PathLike[str], *, mode: str = "auto", **kwargs: Any) -> AsyncIterator[Client]:
+    """An MCP client session with the server of ``app_or_workspace`` (an App, or a workspace
+    directory with ``build_app``'s keywords), in client ``mode`` "auto" or "legacy"."""
     app = app_or_workspace if isinstance(app_or_workspace, App) else build_app(app_or_workspace, **kwargs)
     async with Client(build_server(app), mode=mode) as client:
         yield client
-
-
-ERROR_META_KEY = "codespace/error"  # as codespace.gateway sends it
 
 
 def structured(result: Any) -> dict[str, Any]:
@@ -63,6 +100,7 @@ def structured(result: Any) -> dict[str, Any]:
 
 
 async def call_ok(client: Client, name: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The structured result of a call that must succeed."""
     result = await client.call_tool(name, dict(arguments or {}))
     assert not result.is_error, f"{name} failed: {result.content[0].text}"
     return structured(result)
@@ -95,8 +133,8 @@ def server_pids(state_dir: str | os.PathLike[str]) -> list[int]:
     return pids
 
 
-# Fixtures for test suites (import them into a conftest.py:
-# ``from codespace.testing import anyio_backend, mode, state, ws``).
+# The fixtures. Overriding one in a conftest.py (same name) changes it for that directory's
+# tests, as with any pytest fixture: that is how a suite picks its plugins and its directories.
 try:
     import pytest
 except ImportError:  # pragma: no cover - the helpers above work without pytest
@@ -115,13 +153,78 @@ if pytest is not None:
         return request.param
 
     @pytest.fixture
-    def ws(tmp_path: Path) -> Path:
+    def workspace_parent(tmp_path: Path) -> Path:
+        """Where ``ws``, ``state`` and ``write_policy``'s files go: ``tmp_path``. Override it to
+        move them (the sandbox tests do: a sandbox gives commands a private /tmp)."""
+        return tmp_path
+
+    @pytest.fixture
+    def ws(workspace_parent: Path) -> Path:
         """An empty workspace directory (real path: no symlinked temp dirs in assertions)."""
-        path = tmp_path / "ws"
+        path = workspace_parent / "ws"
         path.mkdir()
         return Path(os.path.realpath(path))
 
     @pytest.fixture
-    def state(tmp_path: Path) -> Path:
+    def state(workspace_parent: Path) -> Path:
         """The state directory, beside the workspace (not yet created)."""
-        return tmp_path / "state"
+        return workspace_parent / "state"
+
+    @pytest.fixture
+    def write_policy(workspace_parent: Path) -> Callable[[str], Path]:
+        """``write_policy(toml_text)``: a policy file beside the workspace, a new one per call."""
+        return lambda text: write_policy_file(workspace_parent, text)
+
+    @pytest.fixture
+    def plugin_paths() -> tuple[Path, ...]:
+        """Directories holding test plugins (a package and its ``.dist-info`` with the entry
+        point) to find besides the installed ones: none. Override it to add yours."""
+        return ()
+
+    @pytest.fixture
+    def discoverable_plugins(plugin_paths: tuple[Path, ...], monkeypatch: pytest.MonkeyPatch) -> tuple[Path, ...]:
+        """``plugin_paths`` put on ``sys.path`` for the test, so their entry points are found.
+        ``make_app`` requests it; so does a test that loads plugins another way."""
+        for path in reversed(plugin_paths):
+            monkeypatch.syspath_prepend(str(path))
+        return plugin_paths
+
+    @pytest.fixture
+    def enabled_plugins() -> tuple[str, ...] | None:
+        """The plugins (entry point names) ``make_app`` loads: None, every one installed.
+        Override it in a plugin's conftest.py so that its tests do not depend on what else is
+        installed, e.g. ``return ("hello",)``."""
+        return None
+
+    @pytest.fixture
+    def make_workspace(ws: Path, state: Path) -> Callable[..., Workspace]:
+        """``make_workspace(policy=None)``: the Workspace plugin hooks receive, on ``ws`` and
+        ``state`` with ``policy`` (TOML text), for testing a backend without the gateway."""
+        return lambda policy=None: open_workspace(ws, state_dir=state, policy=policy)
+
+    @pytest.fixture
+    def workspace(make_workspace: Callable[..., Workspace]) -> Workspace:
+        """The Workspace on ``ws`` and ``state`` with the default policy."""
+        return make_workspace()
+
+    @pytest.fixture
+    def make_app(
+        ws: Path, state: Path, enabled_plugins: tuple[str, ...] | None, discoverable_plugins: tuple[Path, ...],
+    ) -> Callable[..., App]:
+        """``make_app(policy=None, plugins=enabled_plugins)``: an App on ``ws`` and ``state``
+        with ``policy`` (TOML text), loading ``plugins``."""
+
+        def make(policy: str | None = None, plugins: tuple[str, ...] | None = enabled_plugins) -> App:
+            return build_app(ws, state_dir=state, policy=policy, plugins=plugins)
+
+        return make
+
+    @pytest.fixture
+    def mcp_client(make_app: Callable[..., App]) -> Callable[..., AbstractAsyncContextManager[Client]]:
+        """``async with mcp_client(app=None, mode="auto", **make_app_keywords) as client``: a real
+        MCP session, in process, with ``app`` or one ``make_app`` builds."""
+
+        def open_client(app: App | None = None, *, mode: str = "auto", **kwargs: Any) -> AbstractAsyncContextManager[Client]:
+            return connect(app if app is not None else make_app(**kwargs), mode=mode)
+
+        return open_client

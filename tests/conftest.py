@@ -11,26 +11,26 @@ from pathlib import Path
 
 import pytest
 
-from codespace.testing import anyio_backend, build_app, mode, state, ws  # noqa: F401 - fixtures
-
 TESTS = Path(__file__).parent
 EXAMPLE_PLUGINS = TESTS / "plugins"
 REPO = TESTS.parent
 
 
+# The fixtures themselves (ws, state, make_app, ...) come from codespace.testing, a pytest plugin.
 @pytest.fixture
-def example_plugins(monkeypatch: pytest.MonkeyPatch) -> Path:
+def plugin_paths() -> tuple[Path, ...]:
+    return (EXAMPLE_PLUGINS,)
+
+
+@pytest.fixture
+def enabled_plugins() -> tuple[str, ...]:
+    return ("example",)
+
+
+@pytest.fixture
+def example_plugins(discoverable_plugins: tuple[Path, ...]) -> Path:
     """Make the test plugins under tests/plugins discoverable as entry points."""
-    monkeypatch.syspath_prepend(str(EXAMPLE_PLUGINS))
     return EXAMPLE_PLUGINS
-
-
-@pytest.fixture
-def app_factory(ws: Path, state: Path, example_plugins: Path):
-    def make(policy: str | None = None, plugins: tuple[str, ...] = ("example",)):
-        return build_app(ws, state_dir=state, policy=policy, plugins=plugins)
-
-    return make
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

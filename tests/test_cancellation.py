@@ -44,9 +44,9 @@ async def _start_and_cancel(client, ws: Path, arguments: dict) -> None:
         tg.cancel_scope.cancel()
 
 
-async def test_cancelled_exec_stops_the_command_and_the_retry_says_so(app_factory, ws, mode):
+async def test_cancelled_exec_stops_the_command_and_the_retry_says_so(make_app, ws, mode):
     arguments = {"command": f"touch started; trap '' TERM; sleep {MARK}", "yield_ms": 60_000, "operation_id": "cx-1"}
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         await _start_and_cancel(client, ws, arguments)
         deadline = time.monotonic() + 5
         while _running_marked() and time.monotonic() < deadline:
@@ -70,9 +70,9 @@ async def test_cancelled_exec_stops_the_command_and_the_retry_says_so(app_factor
         assert fresh["output"] == "again\n"
 
 
-async def test_an_exec_that_returned_a_session_is_not_touched_by_a_late_cancel(app_factory, ws, mode):
+async def test_an_exec_that_returned_a_session_is_not_touched_by_a_late_cancel(make_app, ws, mode):
     arguments = {"command": f"touch started; exec sleep {MARK}", "yield_ms": 100, "operation_id": "cx-3"}
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "exec", arguments)
         assert out["running"] is True
         replay = await call_ok(client, "exec", arguments)

@@ -41,8 +41,8 @@ def test_missing_workspace(tmp_path):
 
 
 @pytest.mark.anyio
-async def test_ops_list_and_show(app_factory, ws, state):
-    async with connect(app_factory()) as client:
+async def test_ops_list_and_show(make_app, ws, state):
+    async with connect(make_app()) as client:
         await call_ok(client, "tally", {"name": "cli", "operation_id": "cli-1"})
         await call_error(client, "read_file", {"path": "/proc/1/environ"})
     listing = run("ops", "list", "--workspace", str(ws), "--state-dir", str(state))
@@ -76,9 +76,9 @@ def test_ops_list_rejects_an_unknown_status(ws, state):
 
 
 @pytest.mark.anyio
-async def test_ops_output_into_a_closed_pipe_ends_quietly(app_factory, ws, state):
+async def test_ops_output_into_a_closed_pipe_ends_quietly(make_app, ws, state):
     """``codespace ops list | head -1``: the reader leaves early; no traceback."""
-    async with connect(app_factory()) as client:
+    async with connect(make_app()) as client:
         for i in range(300):
             await call_ok(client, "tally", {"name": "pipe", "operation_id": f"pipe-{i}"})
     for args in (["ops", "list", "--limit", "300"], ["ops", "list", "--json", "--limit", "300"],

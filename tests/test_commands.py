@@ -30,8 +30,8 @@ def _live_members(leader: int) -> list[int]:
     return [p for p in members(leader) if alive(p)]
 
 
-async def test_exec_argv_and_shell(app_factory, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_exec_argv_and_shell(make_app, mode):
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "exec", {"command": ["echo", "hello world"]})
         assert out["output"] == "hello world\n" and out["exit_code"] == 0 and out["session_id"] is None
         shell = await call_ok(client, "exec", {"command": "echo a; echo b >&2; exit 3"})
@@ -44,12 +44,12 @@ async def test_exec_argv_and_shell(app_factory, mode):
         assert "does not exist" in bad_cwd["message"]
 
 
-async def test_cwd_env_and_stdin(app_factory, ws, mode, monkeypatch):
+async def test_cwd_env_and_stdin(make_app, ws, mode, monkeypatch):
     (ws / "sub").mkdir()
     monkeypatch.setenv("SERVER_SECRET_TOKEN", "leak")
     monkeypatch.setenv("EDITOR_CHOICE", "vi")
     policy = '[env]\ninherit = "all"\nset = { FROM_POLICY = "p" }\n'
-    async with connect(app_factory(policy), mode=mode) as client:
+    async with connect(make_app(policy), mode=mode) as client:
         out = await call_ok(client, "exec", {
             "command": "pwd; echo ${SERVER_SECRET_TOKEN:-none} $EDITOR_CHOICE $FROM_POLICY $MINE ${MY_API_KEY:-dropped}",
             "cwd": "sub", "env": {"MINE": "m", "MY_API_KEY": "k"},
@@ -64,8 +64,8 @@ async def test_cwd_env_and_stdin(app_factory, ws, mode, monkeypatch):
         assert devnull["output"] == "eof\n"  # stdin is /dev/null, so cat cannot hang
 
 
-async def test_timeout_kills_the_whole_group(app_factory, ws, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_timeout_kills_the_whole_group(make_app, ws, mode):
+    async with connect(make_app(), mode=mode) as client:
         start = time.monotonic()
         out = await call_ok(client, "exec", {"command": GRANDCHILDREN_IGNORING_TERM, "timeout_ms": 700})
         assert time.monotonic() - start < 5
@@ -74,8 +74,8 @@ async def test_timeout_kills_the_whole_group(app_factory, ws, mode):
     assert _live_members(leader) == []
 
 
-async def test_terminate_escalates_and_leaves_nothing(app_factory, ws, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_terminate_escalates_and_leaves_nothing(make_app, ws, mode):
+    async with connect(make_app(), mode=mode) as client:
         started = await call_ok(client, "exec", {"command": GRANDCHILDREN_IGNORING_TERM, "yield_ms": 300})
         assert started["running"] is True
         leader = started["pid"]
@@ -87,8 +87,8 @@ async def test_terminate_escalates_and_leaves_nothing(app_factory, ws, mode):
         assert gone["code"] == "no_session"
 
 
-async def test_yield_returns_on_exit_not_at_the_deadline(app_factory, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_yield_returns_on_exit_not_at_the_deadline(make_app, mode):
+    async with connect(make_app(), mode=mode) as client:
         start = time.monotonic()
         out = await call_ok(client, "exec", {"command": "sleep 0.2; echo done", "yield_ms": 30000})
         assert out["output"] == "done\n" and time.monotonic() - start < 3
@@ -104,9 +104,9 @@ async def test_yield_returns_on_exit_not_at_the_deadline(app_factory, mode):
         await call_ok(client, "terminate", {"session_id": session["session_id"]})
 
 
-async def test_cursor_reads_are_exact(app_factory, mode):
+async def test_cursor_reads_are_exact(make_app, mode):
     script = "for i in $(seq 1 5); do echo line$i; sleep 0.1; done"
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         first = await call_ok(client, "exec", {"command": script, "yield_ms": 150})
         session = first["session_id"]
         seen = first["output"]
@@ -124,8 +124,8 @@ async def test_cursor_reads_are_exact(app_factory, mode):
         assert again["output"] == "ab" and rest["output"] == "cdef" and rest["seq"] == 2
 
 
-async def test_utf8_is_never_split(app_factory, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_utf8_is_never_split(make_app, mode):
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "exec", {"command": "printf 'é€😀'", "max_bytes": 2})
         text, cursor = out["output"], out["next_seq"]
         while out["session_id"]:
@@ -136,9 +136,9 @@ async def test_utf8_is_never_split(app_factory, mode):
         assert text == "é€😀"
 
 
-async def test_head_tail_buffer_counts_the_middle(app_factory, mode):
+async def test_head_tail_buffer_counts_the_middle(make_app, mode):
     policy = "[limits]\noutput_cap_bytes = 4096\n"
-    async with connect(app_factory(policy), mode=mode) as client:
+    async with connect(make_app(policy), mode=mode) as client:
         out = await call_ok(client, "exec", {"command": "seq 1 20000", "max_bytes": 1_000_000})
     total = sum(len(f"{i}\n") for i in range(1, 20001))
     text = out["output"]
@@ -147,7 +147,7 @@ async def test_head_tail_buffer_counts_the_middle(app_factory, mode):
     assert out["omitted_bytes"] == total - 4096
 
 
-async def test_100mb_stream_lossless_exact_and_memory_bounded(app_factory, mode):
+async def test_100mb_stream_lossless_exact_and_memory_bounded(make_app, mode):
     size = 100 * 1024 * 1024
     producer = (
         "import sys\n"
@@ -167,7 +167,7 @@ async def test_100mb_stream_lossless_exact_and_memory_bounded(app_factory, mode)
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     digest = hashlib.sha256()
     received = 0
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "exec", {
             "command": [sys.executable, "-c", producer], "lossless": True, "yield_ms": 100,
             "max_bytes": 1024 * 1024, "timeout_ms": 600_000,
@@ -190,7 +190,7 @@ async def test_100mb_stream_lossless_exact_and_memory_bounded(app_factory, mode)
     assert growth_mb < 60, f"peak memory grew by {growth_mb:.0f} MB for a 1 MiB buffer"
 
 
-async def test_eviction_protects_recent_sessions(app_factory, mode):
+async def test_eviction_protects_recent_sessions(make_app, mode):
     policy = "[limits]\nmax_sessions = 12\n"
 
     async def sleeper() -> str:
@@ -199,7 +199,7 @@ async def test_eviction_protects_recent_sessions(app_factory, mode):
     async def live() -> list[str]:
         return [s["session_id"] for s in (await call_ok(client, "list_sessions"))["sessions"]]
 
-    async with connect(app_factory(policy), mode=mode) as client:
+    async with connect(make_app(policy), mode=mode) as client:
         a, b = await sleeper(), await sleeper()
         # exited, but it keeps unread output, so it stays until evicted
         finished = (await call_ok(client, "exec", {"command": "echo xy", "max_bytes": 1, "yield_ms": 2000}))["session_id"]
@@ -215,8 +215,8 @@ async def test_eviction_protects_recent_sessions(app_factory, mode):
         assert (await call_error(client, "read_output", {"session_id": b}))["code"] == "no_session"
 
 
-async def test_seventy_sessions_with_the_default_limit(app_factory, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_seventy_sessions_with_the_default_limit(make_app, mode):
+    async with connect(make_app(), mode=mode) as client:
         pids = []
         for _ in range(70):
             started = await call_ok(client, "exec", {"command": ["sleep", "100"], "yield_ms": 0})
@@ -229,8 +229,8 @@ async def test_seventy_sessions_with_the_default_limit(app_factory, mode):
     assert [p for p in pids if alive(p)] == []  # clean shutdown terminates every session
 
 
-async def test_replayed_exec_reattaches_and_record_finishes(app_factory, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_replayed_exec_reattaches_and_record_finishes(make_app, mode):
+    async with connect(make_app(), mode=mode) as client:
         first = await call_ok(client, "exec", {"command": "sleep 0.5; echo end", "yield_ms": 0, "operation_id": "x1"})
         again = await call_ok(client, "exec", {"command": "sleep 0.5; echo end", "yield_ms": 0, "operation_id": "x1"})
         assert again["replayed"] and again["session_id"] == first["session_id"] and again["pid"] == first["pid"]
@@ -244,20 +244,20 @@ async def test_replayed_exec_reattaches_and_record_finishes(app_factory, mode):
         assert record["status"] == "succeeded" and record["result"]["exit_code"] == 0
 
 
-async def test_command_rules_and_required_sandbox_refuse(app_factory, mode):
+async def test_command_rules_and_required_sandbox_refuse(make_app, mode):
     policy = '[commands]\nrules = [{ program = "rm", decision = "deny" }]\n[sandbox]\nmode = "off"\n'
-    async with connect(app_factory(policy), mode=mode) as client:
+    async with connect(make_app(policy), mode=mode) as client:
         refused = await call_error(client, "exec", {"command": "ls && rm -rf x"})
         assert refused["rule"] == "commands.rules[0]"
         ok = await call_ok(client, "exec", {"command": ["true"]})
         assert ok["sandboxed"] is False and "sandbox.mode = 'off'" in ok["note"]
-    async with connect(app_factory('[sandbox]\nmode = "required"\n', plugins=()), mode=mode) as client:
+    async with connect(make_app('[sandbox]\nmode = "required"\n', plugins=()), mode=mode) as client:
         refused = await call_error(client, "exec", {"command": ["true"]})
         assert refused["rule"] == "sandbox.mode" and "required" in refused["message"]
 
 
-async def test_session_tools_validate(app_factory, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_session_tools_validate(make_app, mode):
+    async with connect(make_app(), mode=mode) as client:
         assert (await call_error(client, "write_stdin", {"session_id": "nope", "chars": "x"}))["code"] == "no_session"
         plain = await call_ok(client, "exec", {"command": ["sleep", "5"], "yield_ms": 0})
         no_stdin = await call_error(client, "write_stdin", {"session_id": plain["session_id"], "chars": "x"})
@@ -271,11 +271,10 @@ async def test_session_tools_validate(app_factory, mode):
         await call_ok(client, "terminate", {"session_id": plain["session_id"], "signal": "KILL"})
 
 
-async def test_sandbox_fast_path_is_used_for_pipes(ws, state, example_plugins, mode):
-    from codespace.testing import build_app
+async def test_sandbox_fast_path_is_used_for_pipes(make_app, mode):
     from codespace_fakesandbox import FakeSandbox
 
-    app = build_app(ws, state_dir=state, plugins=("fakesandbox",))
+    app = make_app(plugins=("fakesandbox",))
     async with connect(app, mode=mode) as client:
         out = await call_ok(client, "exec", {"command": "echo $SANDBOX_PATH; cat", "stdin": "fed\n"})
         assert out["output"] == "launch\nfed\n" and out["sandboxed"] is True and out["exit_code"] == 0

@@ -93,9 +93,9 @@ def _over_http(ws: Path, state: Path, era: str) -> list[bytes]:
     return replies
 
 
-def _in_process(app_factory, era: str) -> list[dict]:
+def _in_process(make_app, era: str) -> list[dict]:
     async def calls() -> list[dict]:
-        async with Client(build_server(app_factory(plugins=tuple(PLUGINS.split(",")))), mode="auto" if era == "modern" else "legacy") as client:
+        async with Client(build_server(make_app(plugins=tuple(PLUGINS.split(",")))), mode="auto" if era == "modern" else "legacy") as client:
             return [(await client.call_tool(name, arguments)).model_dump(by_alias=True, mode="json",
                                                                          exclude_unset=True)
                     for name, arguments in CALLS.values()]
@@ -104,7 +104,7 @@ def _in_process(app_factory, era: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("era", ["legacy", "modern"])
-def test_every_road_gives_the_same_tool_result_bytes(ws, state, app_factory, era):
+def test_every_road_gives_the_same_tool_result_bytes(ws, state, make_app, era):
     roads = {
         "stdio, fast path": _over_stdio(ws, state, era, direct="1"),
         "stdio, through the SDK": _over_stdio(ws, state, era, direct="0"),
@@ -121,6 +121,6 @@ def test_every_road_gives_the_same_tool_result_bytes(ws, state, app_factory, era
     assert [r["isError"] for r in results] == [False, True, True, True, True]
     assert [r.get("_meta", {}).get("codespace/error", {}).get("code") for r in results] == \
         [None, "not_found", "refused", "invalid_arguments", "invalid_arguments"]
-    in_process = json.loads(_masked(json.dumps(_in_process(app_factory, era)).encode()))
+    in_process = json.loads(_masked(json.dumps(_in_process(make_app, era)).encode()))
     for kind, got, expected in zip(CALLS, in_process, results, strict=True):
         assert got == expected, f"{kind} in process"

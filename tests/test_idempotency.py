@@ -15,8 +15,8 @@ def _count(ws, name: str) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-async def test_same_key_same_arguments_replays_without_running(app_factory, ws, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_same_key_same_arguments_replays_without_running(make_app, ws, mode):
+    async with connect(make_app(), mode=mode) as client:
         first = await call_ok(client, "tally", {"name": "a", "operation_id": "key-1"})
         second = await call_ok(client, "tally", {"name": "a", "operation_id": "key-1"})
     assert first["count"] == 1 and first["replayed"] is False
@@ -24,16 +24,16 @@ async def test_same_key_same_arguments_replays_without_running(app_factory, ws, 
     assert _count(ws, "a") == 1
 
 
-async def test_no_key_runs_every_time_with_fresh_ids(app_factory, ws, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_no_key_runs_every_time_with_fresh_ids(make_app, ws, mode):
+    async with connect(make_app(), mode=mode) as client:
         a = await call_ok(client, "tally", {"name": "b"})
         b = await call_ok(client, "tally", {"name": "b"})
     assert a["operation_id"] != b["operation_id"]
     assert _count(ws, "b") == 2
 
 
-async def test_same_key_different_arguments_is_a_conflict(app_factory, ws, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_same_key_different_arguments_is_a_conflict(make_app, ws, mode):
+    async with connect(make_app(), mode=mode) as client:
         await call_ok(client, "tally", {"name": "c", "operation_id": "key-2"})
         error = await call_error(client, "tally", {"name": "other", "operation_id": "key-2"})
     assert error["code"] == "operation_conflict"
@@ -41,17 +41,17 @@ async def test_same_key_different_arguments_is_a_conflict(app_factory, ws, mode)
     assert _count(ws, "other") == 0
 
 
-async def test_defaults_do_not_change_identity(app_factory, ws, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_defaults_do_not_change_identity(make_app, ws, mode):
+    async with connect(make_app(), mode=mode) as client:
         await call_ok(client, "tally", {"name": "d", "operation_id": "key-3"})
         again = await call_ok(client, "tally", {"name": "d", "sleep_ms": 0, "operation_id": "key-3"})
     assert again["replayed"] is True
     assert _count(ws, "d") == 1
 
 
-async def test_concurrent_duplicates_execute_once(app_factory, ws, mode):
+async def test_concurrent_duplicates_execute_once(make_app, ws, mode):
     results = []
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
 
         async def one() -> None:
             results.append(await call_ok(client, "tally", {"name": "e", "sleep_ms": 200, "operation_id": "key-4"}))
@@ -65,16 +65,16 @@ async def test_concurrent_duplicates_execute_once(app_factory, ws, mode):
     assert {r["count"] for r in results} == {1}
 
 
-async def test_concurrent_distinct_keys_all_execute(app_factory, ws, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_concurrent_distinct_keys_all_execute(make_app, ws, mode):
+    async with connect(make_app(), mode=mode) as client:
         async with anyio.create_task_group() as tg:
             for i in range(8):
                 tg.start_soon(call_ok, client, "tally", {"name": "f", "sleep_ms": 50, "operation_id": f"k{i}"})
     assert _count(ws, "f") == 8
 
 
-async def test_replayed_failure_keeps_its_error(app_factory, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_replayed_failure_keeps_its_error(make_app, mode):
+    async with connect(make_app(), mode=mode) as client:
         first = await call_error(client, "tally", {"name": "BAD NAME", "operation_id": "key-5"})
         assert first["code"] == "invalid_arguments"  # never became an operation
         refused = await call_error(client, "write_file", {"path": ".git/x", "content": "", "operation_id": "key-6"})
@@ -83,8 +83,8 @@ async def test_replayed_failure_keeps_its_error(app_factory, mode):
     assert "replayed" in again["message"] and "filesystem.protected" in again["message"]
 
 
-async def test_records_are_visible_through_get_operation(app_factory, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_records_are_visible_through_get_operation(make_app, mode):
+    async with connect(make_app(), mode=mode) as client:
         done = await call_ok(client, "tally", {"name": "g", "operation_id": "key-7"})
         record = await call_ok(client, "get_operation", {"operation_id": "key-7"})
         listing = await call_ok(client, "list_operations", {"tool": "tally"})

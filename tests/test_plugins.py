@@ -10,7 +10,7 @@ import pytest
 
 from codespace import hookimpl
 from codespace.plugins import ENV_ALLOW, ENV_BLOCK, Plugins, pin_from_metadata
-from codespace.testing import build_app, call_ok, connect
+from codespace.testing import call_ok
 from codespace.tooling import ToolDefinition, ToolRegistry
 
 from .conftest import codespace_cmd, subprocess_env
@@ -117,21 +117,20 @@ def test_pin_parsing():
 
 
 @pytest.mark.anyio
-async def test_services_run_while_serving_and_failures_are_contained(example_plugins, ws, state, tmp_path,
-                                                                     monkeypatch, mode):
+async def test_services_run_while_serving_and_failures_are_contained(mcp_client, tmp_path, monkeypatch, mode):
     marker = tmp_path / "service"
     monkeypatch.setenv("CODESPACE_EXAMPLE_SERVICE_MARKER", str(marker))
-    async with connect(build_app(ws, state_dir=state, plugins=("example",)), mode=mode) as client:
+    async with mcp_client(mode=mode) as client:
         await call_ok(client, "tally", {"name": "svc"})
         assert marker.read_text() == "running"
         assert (await call_ok(client, "tally", {"name": "svc"}))["count"] == 2
 
 
 @pytest.mark.anyio
-async def test_startup_hook_runs_before_serving(example_plugins, ws, state, tmp_path, monkeypatch, mode):
+async def test_startup_hook_runs_before_serving(mcp_client, ws, tmp_path, monkeypatch, mode):
     marker = tmp_path / "startup"
     monkeypatch.setenv("CODESPACE_EXAMPLE_STARTUP_MARKER", str(marker))
-    async with connect(build_app(ws, state_dir=state, plugins=("example",)), mode=mode) as client:
+    async with mcp_client(mode=mode) as client:
         assert marker.read_text().strip() == str(ws.resolve())
         info = await call_ok(client, "workspace_info")
     plugins = {p["name"]: p for p in info["plugins"]}

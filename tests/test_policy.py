@@ -13,12 +13,6 @@ from codespace.policy.model import CommandsPolicy, EnvPolicy, FilesystemPolicy
 from codespace.workspace import Workspace, WorkspaceError
 
 
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "policy.toml"
-    path.write_text(text)
-    return path
-
-
 # -- loading ----------------------------------------------------------------
 
 
@@ -31,22 +25,22 @@ def test_defaults_when_absent():
     assert ".git" in policy.filesystem.all_protected()
 
 
-def test_syntax_error_names_file(tmp_path):
-    path = _write(tmp_path, "[limits\nmax_sessions = 3")
+def test_syntax_error_names_file(write_policy):
+    path = write_policy("[limits\nmax_sessions = 3")
     with pytest.raises(PolicyError) as err:
         load_policy(path)
     assert str(path) in str(err.value) and "TOML syntax error" in str(err.value)
 
 
-def test_unknown_key_names_field(tmp_path):
-    path = _write(tmp_path, "[limits]\nmax_sesions = 3\n")
+def test_unknown_key_names_field(write_policy):
+    path = write_policy("[limits]\nmax_sesions = 3\n")
     with pytest.raises(PolicyError) as err:
         load_policy(path)
     assert "field 'limits.max_sesions'" in str(err.value) and "unknown key" in str(err.value)
 
 
-def test_bad_values_name_field_and_problem(tmp_path):
-    path = _write(tmp_path, '[filesystem.paths]\n"/x" = "rw"\n[limits]\nmax_file_bytes = 1073741824\n')
+def test_bad_values_name_field_and_problem(write_policy):
+    path = write_policy('[filesystem.paths]\n"/x" = "rw"\n[limits]\nmax_file_bytes = 1073741824\n')
     with pytest.raises(PolicyError) as err:
         load_policy(path)
     text = str(err.value)
@@ -55,10 +49,10 @@ def test_bad_values_name_field_and_problem(tmp_path):
     assert "field 'limits.max_file_bytes'" in text and "536870912" in text
 
 
-def test_wildcard_domain_needs_explicit_opt_in(tmp_path):
+def test_wildcard_domain_needs_explicit_opt_in(write_policy):
     with pytest.raises(PolicyError, match="allow_wildcard"):
-        load_policy(_write(tmp_path, '[network]\naccess = "allowlist"\nallowed_domains = ["*"]\n'))
-    ok = load_policy(_write(tmp_path, '[network]\naccess = "allowlist"\nallowed_domains = ["*"]\nallow_wildcard = true\n'))
+        load_policy(write_policy('[network]\naccess = "allowlist"\nallowed_domains = ["*"]\n'))
+    ok = load_policy(write_policy('[network]\naccess = "allowlist"\nallowed_domains = ["*"]\nallow_wildcard = true\n'))
     assert ok.network.allowed_domains == ["*"]
 
 
@@ -166,12 +160,12 @@ def test_state_dir_may_not_contain_the_workspace(tmp_path):
         Workspace.open(tmp_path / "ws", state_dir=tmp_path)
 
 
-def test_gitdir_file_target_is_protected(tmp_path):
+def test_gitdir_file_target_is_protected(write_policy, tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
     (tmp_path / "repo.git").mkdir()
     (ws / ".git").write_text(f"gitdir: {tmp_path / 'repo.git'}\n")
-    workspace = Workspace.open(ws, policy_path=_write(tmp_path, f'[filesystem.paths]\n"{tmp_path}" = "write"\n'),
+    workspace = Workspace.open(ws, policy_path=write_policy(f'[filesystem.paths]\n"{tmp_path}" = "write"\n'),
                                state_dir=tmp_path / "state")
     refusal = workspace.paths.check(str(tmp_path / "repo.git" / "hooks" / "pre-commit"), "write")
     assert refusal is not None and "gitdir" in refusal.rule

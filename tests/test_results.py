@@ -28,8 +28,8 @@ FAILING = [
 ]
 
 
-async def test_error_results_are_text_and_meta_without_structured_content(app_factory, mode):
-    async with connect(app_factory(plugins=("example", "fs")), mode=mode) as client:
+async def test_error_results_are_text_and_meta_without_structured_content(make_app, mode):
+    async with connect(make_app(plugins=("example", "fs")), mode=mode) as client:
         await call_ok(client, "tally", {"name": "first", "operation_id": "op-same"})
         for tool, arguments, code, words in FAILING:
             result = await client.call_tool(tool, arguments)
@@ -41,9 +41,9 @@ async def test_error_results_are_text_and_meta_without_structured_content(app_fa
             assert error["code"] == code
 
 
-async def test_successes_validate_against_their_output_schema(app_factory, ws, mode):
+async def test_successes_validate_against_their_output_schema(make_app, ws, mode):
     (ws / "a.txt").write_text("one\n")
-    async with connect(app_factory(plugins=("example", "fs")), mode=mode) as client:
+    async with connect(make_app(plugins=("example", "fs")), mode=mode) as client:
         schemas = {t.name: t.output_schema for t in (await client.list_tools()).tools}
         calls = [("read_file", {"path": "a.txt"}), ("write_file", {"path": "b.txt", "content": "x"}),
                  ("write_file", {"path": "c.txt", "content": "x", "operation_id": "op-w"}),
@@ -55,16 +55,16 @@ async def test_successes_validate_against_their_output_schema(app_factory, ws, m
             jsonschema.Draft202012Validator(schemas[tool]).validate(result.structured_content)
 
 
-async def test_get_operation_shows_the_arguments_as_an_object(app_factory, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_get_operation_shows_the_arguments_as_an_object(make_app, mode):
+    async with connect(make_app(), mode=mode) as client:
         await call_ok(client, "tally", {"name": "shown", "operation_id": "op-args"})
         record = await call_ok(client, "get_operation", {"operation_id": "op-args"})
         assert record["arguments"]["name"] == "shown"  # not JSON text inside a string
         assert record["result"]["count"] == 1
 
 
-async def test_a_running_command_says_what_to_call_next_in_its_structured_result(app_factory, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_a_running_command_says_what_to_call_next_in_its_structured_result(make_app, mode):
+    async with connect(make_app(), mode=mode) as client:
         running = await call_ok(client, "exec", {"command": ["sleep", "30"], "yield_ms": 50})
         session = running["session_id"]
         assert f"session_id '{session}'" in running["next_step"] and "read_output" in running["next_step"]
