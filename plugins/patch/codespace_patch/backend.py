@@ -16,7 +16,9 @@ from codespace.contract import normalize
 
 from . import diff
 from .errors import PatchError, ParseError
-from .journal import Journal, JournalFailed, RollbackFailed, Staged, commit, describe, pending, recover, settle, stage
+from .journal_commit import JournalFailed, RollbackFailed, Staged, commit, settle, stage
+from .journal_recovery import describe, pending, recover
+from .journal_slot import Journal
 from .parser import Patch, parse_patch
 from .sections import Done, Run, run_sections
 from .stores import DirectStore, OverlayStore

@@ -62,7 +62,7 @@ def _run_on_thread(fn):  # noqa: ANN001, ANN202
 def codespace_startup(workspace: WorkspaceView, backends: Backends) -> None:
     """Roll back (or finish) an atomic commit a crash interrupted; remove the journal
     files stopped servers left."""
-    from .journal import describe, pending, recover, remove_void_slots
+    from .journal_recovery import describe, pending, recover, remove_void_slots
 
     directory = journal_dir(workspace)
     remove_void_slots(directory)
@@ -79,7 +79,7 @@ def codespace_startup(workspace: WorkspaceView, backends: Backends) -> None:
 def codespace_doctor(workspace: WorkspaceView) -> list:
     from codespace.contract import Check
 
-    from .journal import pending
+    from .journal_recovery import pending
 
     checks = []
     beside = os.path.join(os.path.dirname(sys.executable), HELPER)  # the server's own environment first

@@ -1,0 +1,161 @@
+"""After a crash: finish or roll back every armed journal nobody holds a lock on, and
+remove the void slots stopped servers left (the protocol: :mod:`codespace_patch.journal`)."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codespace.contract import FileSystem, FsError
+
+from .journal_format import SLOT_MAGIC, SLOT_SUFFIX, SUFFIX, TMP_SUFFIX, JournalEntry, decode, sha256_hex, slot_record
+from .journal_rollback import current_content, rollback
+from .journal_slot import read_all
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Recovery:
+    completed: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
+    busy: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    skipped_files: list[str] = field(default_factory=list)
+
+
+# -- which files need recovery, which can go ----------------------------------------
+
+
+def pending(journal_dir: Path) -> list[Path]:
+    try:
+        names = os.listdir(journal_dir)
+    except (FileNotFoundError, NotADirectoryError):  # nothing to recover; a commit reports the problem
+        return []
+    return sorted(
+        journal_dir / n for n in names
+        if n.endswith((SUFFIX, TMP_SUFFIX)) or (n.endswith(SLOT_SUFFIX) and _armed(journal_dir / n))
+    )
+
+
+def _armed(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SLOT_MAGIC)) == SLOT_MAGIC
+    except OSError:
+        return False
+
+
+def remove_void_slots(journal_dir: Path) -> None:
+    """Void slots whose owners are gone (a slot still locked belongs to a live Patcher):
+    every server leaves its Patchers' slots behind when it stops."""
+    try:
+        names = os.listdir(journal_dir)
+    except (FileNotFoundError, NotADirectoryError):  # nothing to recover; a commit reports the problem
+        return
+    for name in names:
+        if name.endswith(SLOT_SUFFIX) and not _armed(journal_dir / name):
+            _unlink_unlocked(journal_dir / name)
+
+
+def _unlink_unlocked(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        path.unlink(missing_ok=True)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- finishing or rolling back ------------------------------------------------------
+
+
+async def _is_new(fs: FileSystem, entry: JournalEntry, max_bytes: int) -> bool:
+    current = await current_content(fs, entry.path, max_bytes)
+    if entry.new_sha256 is None:
+        return current is None
+    return current is not None and sha256_hex(current) == entry.new_sha256
+
+
+async def _dir_exists(fs: FileSystem, path: str) -> bool:
+    try:
+        return await fs.kind(path) == "directory"
+    except FsError:
+        return False
+
+
+async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int) -> Recovery:
+    """Finish or roll back every journal whose writer is gone."""
+    outcome = Recovery()
+    remove_void_slots(journal_dir)
+    for path in pending(journal_dir):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # its writer finished meanwhile
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    outcome.busy.append(str(path))  # a live commit in another process
+                    continue
+                raise
+            if path.name.endswith(TMP_SUFFIX):
+                # Its writer died before the journal was complete: nothing was touched.
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                if path.name.endswith(SLOT_SUFFIX):
+                    record = slot_record(read_all(fd))
+                    if record is None:
+                        log.warning("patch journal %s held no whole record (cut short before its "
+                                    "commit touched any file); dropped", path)
+                        path.unlink(missing_ok=True)
+                        continue
+                else:
+                    record = decode(read_all(fd))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("patch journal %s is unreadable (%s); moved aside", path, exc)
+                os.replace(path, str(path) + ".corrupt")
+                outcome.failed.append(str(path))
+                continue
+            try:
+                complete = all([await _is_new(fs, e, max_bytes) for e in record.entries]) and all(
+                    [await _dir_exists(fs, d) for d in record.dirs]
+                )
+                if complete:
+                    outcome.completed.append(str(path))
+                else:
+                    outcome.skipped_files += await rollback(fs, record, max_bytes, path)
+                    outcome.rolled_back.append(str(path))
+            except Exception as exc:  # noqa: BLE001 - keep the journal for the next attempt
+                log.error("patch journal %s: recovery failed: %s", path, exc)
+                outcome.failed.append(str(path))
+                continue
+            path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+    return outcome
+
+
+def describe(outcome: Recovery) -> str:
+    parts = []
+    if outcome.rolled_back:
+        parts.append(f"rolled back {len(outcome.rolled_back)} interrupted patch commit(s)")
+    if outcome.completed:
+        parts.append(f"completed {len(outcome.completed)} interrupted patch commit(s)")
+    if outcome.skipped_files:
+        parts.append("left alone (changed since): " + ", ".join(outcome.skipped_files))
+    if outcome.failed:
+        parts.append("could not recover: " + ", ".join(outcome.failed))
+    return "; ".join(parts)
