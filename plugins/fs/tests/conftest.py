@@ -8,9 +8,6 @@ import pytest
 from codespace_fs.backend import FsBackend
 from codespace_fs.resolve import MODE_ENV
 
-from codespace.testing import anyio_backend, build_app, mode, state, ws  # noqa: F401 - fixtures
-from codespace.workspace import Workspace
-
 RESOLVERS = ("openat2", "openat")
 
 
@@ -32,25 +29,18 @@ def outside(tmp_path: Path) -> Path:
     return path
 
 
+# ws, state, make_app, make_workspace, ... come from codespace.testing, a pytest plugin.
 @pytest.fixture
-def app_factory(ws: Path, state: Path):
-    def make(policy: str | None = None):
-        return build_app(ws, state_dir=state, policy=policy, plugins=("fs",))
-
-    return make
+def enabled_plugins() -> tuple[str, ...]:
+    return ("fs",)
 
 
 @pytest.fixture
-def backend_factory(ws: Path, state: Path, tmp_path: Path):
+def backend_factory(make_workspace):
     """The backend alone, without the gateway: it must be safe on its own."""
 
     def make(policy: str | None = None, mode: str | None = None) -> FsBackend:
-        policy_path = None
-        if policy is not None:
-            policy_path = tmp_path / f"policy-{abs(hash(policy))}.toml"
-            policy_path.write_text(policy)
-        workspace = Workspace.open(ws, policy_path=policy_path, state_dir=state)
-        return FsBackend(workspace, mode or os.environ.get(MODE_ENV, "openat2"))  # type: ignore[arg-type]
+        return FsBackend(make_workspace(policy), mode or os.environ.get(MODE_ENV, "openat2"))  # type: ignore[arg-type]
 
     return make
 

@@ -244,10 +244,10 @@ def _args(world: World, args: dict) -> dict:
 
 
 @pytest.mark.parametrize(("name", "tool", "args", "expect", "policy"), CASES, ids=[c[0] for c in CASES])
-async def test_escape_attempt(world, app_factory, digest, mode, resolver, name, tool, args, expect, policy):
+async def test_escape_attempt(world, make_app, digest, mode, resolver, name, tool, args, expect, policy):
     tree_digest = digest
     before_out, before_evil = tree_digest(world.outside), tree_digest(world.evil)
-    async with connect(app_factory(policy), mode=mode) as client:
+    async with connect(make_app(policy), mode=mode) as client:
         with anyio.fail_after(10):  # FIFOs and devices must not block
             result = await client.call_tool(tool, _args(world, args))
     data = structured(result)
@@ -359,10 +359,10 @@ async def test_backend_removes_links_never_targets(world, backend_factory, diges
     assert tree_digest(world.outside) == before
 
 
-async def test_symlinks_never_policy_refuses_even_inside(world, app_factory, mode, resolver):
+async def test_symlinks_never_policy_refuses_even_inside(world, make_app, mode, resolver):
     (world.ws / "inner_link").symlink_to("sub/inner.txt")
     policy = '[filesystem]\nsymlinks = "never"\n'
-    async with connect(app_factory(policy), mode=mode) as client:
+    async with connect(make_app(policy), mode=mode) as client:
         result = await client.call_tool("read_file", {"path": "inner_link"})
         assert result.is_error and "'never'" in result.content[0].text
         result = await client.call_tool("read_file", {"path": "chain_dir/x"})

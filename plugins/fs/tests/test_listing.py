@@ -11,12 +11,12 @@ from codespace.testing import call_error, call_ok, connect
 pytestmark = pytest.mark.anyio
 
 
-async def test_list_dir_sorted_with_kinds_sizes_and_link_text(app_factory, ws, mode):
+async def test_list_dir_sorted_with_kinds_sizes_and_link_text(make_app, ws, mode):
     (ws / "b.txt").write_text("12345")
     (ws / "a").mkdir()
     (ws / "link").symlink_to("b.txt")
     os.mkfifo(ws / "pipe")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "list_dir", {"path": "."})
     entries = {e["name"]: e for e in out["entries"]}
     assert [e["name"] for e in out["entries"]] == ["a", "b.txt", "link", "pipe"]
@@ -25,12 +25,12 @@ async def test_list_dir_sorted_with_kinds_sizes_and_link_text(app_factory, ws, m
     assert entries["pipe"]["kind"] == "fifo" and not out["truncated"] and out["errors"] == []
 
 
-async def test_stat_no_follow_by_default(app_factory, ws, mode):
+async def test_stat_no_follow_by_default(make_app, ws, mode):
     (ws / "f.txt").write_text("abc")
     os.chmod(ws / "f.txt", 0o640)
     (ws / "l").symlink_to("f.txt")
     (ws / "dangling").symlink_to("nowhere")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         f = await call_ok(client, "stat", {"path": "f.txt"})
         assert (f["kind"], f["size"], f["mode"], f["is_file"]) == ("file", 3, "0640", True)
         link = await call_ok(client, "stat", {"path": "l"})
@@ -44,12 +44,12 @@ async def test_stat_no_follow_by_default(app_factory, ws, mode):
         assert root["is_directory"]
 
 
-async def test_non_utf8_names_are_escaped_and_reported(app_factory, ws, mode):
+async def test_non_utf8_names_are_escaped_and_reported(make_app, ws, mode):
     os.mkdir(os.path.join(os.fsencode(ws), b"dir-\xff"))
     with open(os.path.join(os.fsencode(ws), b"dir-\xff", b"caf\xe9.txt"), "w") as f:
         f.write("x")
     (ws / "ok.txt").write_text("")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         result = await client.call_tool("list_dir", {"path": "."})
         assert not result.is_error
         listing = result.structured_content
@@ -66,10 +66,10 @@ async def test_non_utf8_names_are_escaped_and_reported(app_factory, ws, mode):
     assert {e["path"] for e in walked["errors"]} == {"dir-\\xff", "dir-\\xff/caf\\xe9.txt"}
 
 
-async def test_move_refuses_to_overwrite_unless_asked(app_factory, ws, mode):
+async def test_move_refuses_to_overwrite_unless_asked(make_app, ws, mode):
     (ws / "a.txt").write_text("A")
     (ws / "b.txt").write_text("B")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "move", {"source": "a.txt", "destination": "b.txt"})
         assert error["code"] == "exists" and "overwrite=true" in error["message"]
         assert (ws / "b.txt").read_text() == "B"
@@ -82,11 +82,11 @@ async def test_move_refuses_to_overwrite_unless_asked(app_factory, ws, mode):
         assert error["code"] == "not_found"
 
 
-async def test_move_moves_links_and_refuses_root_and_self_nesting(app_factory, ws, mode, resolver):
+async def test_move_moves_links_and_refuses_root_and_self_nesting(make_app, ws, mode, resolver):
     (ws / "t.txt").write_text("t")
     (ws / "l").symlink_to("t.txt")
     (ws / "d").mkdir()
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         await call_ok(client, "move", {"source": "l", "destination": "l2"})
         assert os.readlink(ws / "l2") == "t.txt" and (ws / "t.txt").read_text() == "t"
         error = await call_error(client, "move", {"source": ".", "destination": "elsewhere"})
@@ -95,23 +95,23 @@ async def test_move_moves_links_and_refuses_root_and_self_nesting(app_factory, w
         assert "into itself" in error["message"]
 
 
-async def test_move_refuses_trees_holding_protected_paths(app_factory, ws, mode):
+async def test_move_refuses_trees_holding_protected_paths(make_app, ws, mode):
     (ws / "vendor" / "lib" / ".git").mkdir(parents=True)
     (ws / "vendor" / "lib" / ".git" / "config").write_text("[core]")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "move", {"source": "vendor", "destination": "vendor2"})
     assert error["code"] == "refused" and ".git" in error["message"] and "protected" in error["message"]
     assert (ws / "vendor" / "lib" / ".git" / "config").exists()
 
 
-async def test_remove_file_link_dir_and_force(app_factory, ws, mode, outside):
+async def test_remove_file_link_dir_and_force(make_app, ws, mode, outside):
     (ws / "f").write_text("")
     (ws / "l").symlink_to(outside)
     (ws / "empty").mkdir()
     (ws / "full" / "x" / "y").mkdir(parents=True)
     (ws / "full" / "x" / "y" / "z.txt").write_text("")
     (ws / "full" / "inner-link").symlink_to(outside / "secret.txt")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         assert (await call_ok(client, "remove", {"path": "f"}))["entries_removed"] == 1
         # (a link to the outside is refused by the gateway, which resolves it; the
         # backend removes such links itself, see test_hostile)
@@ -129,13 +129,13 @@ async def test_remove_file_link_dir_and_force(app_factory, ws, mode, outside):
     assert os.listdir(ws) == [] and (outside / "secret.txt").read_text() == "TOP SECRET\n"
 
 
-async def test_recursive_remove_refuses_protected_and_none_contents_whole(app_factory, ws, mode):
+async def test_recursive_remove_refuses_protected_and_none_contents_whole(make_app, ws, mode):
     (ws / "proj" / "sub" / ".git").mkdir(parents=True)
     (ws / "proj" / "a.txt").write_text("")
     (ws / "area" / "keys").mkdir(parents=True)
     (ws / "area" / "keys" / "k").write_text("")
     (ws / "area" / "b.txt").write_text("")
-    async with connect(app_factory('[filesystem.paths]\n"area/keys" = "none"\n'), mode=mode) as client:
+    async with connect(make_app('[filesystem.paths]\n"area/keys" = "none"\n'), mode=mode) as client:
         error = await call_error(client, "remove", {"path": "proj", "recursive": True})
         assert error["code"] == "refused" and "proj/sub/.git" in error["message"]
         error = await call_error(client, "remove", {"path": "area", "recursive": True})

@@ -63,18 +63,16 @@ def test_doctor_reports_openat2_and_the_mode(ws, state):
     assert checks["backend filesystem"]["ok"] and "fs" in checks["backend filesystem"]["detail"]
 
 
-def test_doctor_hook_and_forced_fallback(ws, state, monkeypatch):
-    from codespace.workspace import Workspace
-
-    names = [c.name for c in codespace_doctor(Workspace.open(ws, state_dir=state))]
+def test_doctor_hook_and_forced_fallback(workspace, monkeypatch):
+    names = [c.name for c in codespace_doctor(workspace)]
     assert {"fs openat2", "fs resolution", "fs /proc/self/fd", "fs renameat2", "fs symlink policy"} <= set(names)
     assert choose_mode("openat")[0] == "openat" and "forced" in choose_mode("openat")[1]
     if kernel.openat2_available()[0]:
         assert choose_mode(None)[0] == "openat2"
 
 
-async def test_backend_implements_the_contract_and_serves_the_file_tools(app_factory, mode, resolver):
-    app = app_factory()
+async def test_backend_implements_the_contract_and_serves_the_file_tools(make_app, mode, resolver):
+    app = make_app()
     backend = app.backends.filesystem()
     assert isinstance(backend, FileSystem)
     assert backend.mode == os.environ[MODE_ENV]

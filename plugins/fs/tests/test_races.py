@@ -219,13 +219,13 @@ async def test_recursive_remove_cannot_be_steered_outside(tmp_path, ws, outside,
     assert removed > rounds * 10  # the removal really ran during the swaps, not just failed at once
 
 
-async def test_race_through_mcp_sessions(arena, app_factory, digest, mode, resolver):
+async def test_race_through_mcp_sessions(arena, make_app, digest, mode, resolver):
     ws, outside = arena
     before = digest(outside)
     ok = refused = 0
     swapper = Swapper(SWAPPER, str(ws / "dir"), "../outside")
     try:
-        async with connect(app_factory(), mode=mode) as client:
+        async with connect(make_app(), mode=mode) as client:
             i = -1
             while i + 1 < MCP_ITERATIONS or (not (ok and refused) and i + 1 < 3 * MCP_ITERATIONS):
                 i += 1

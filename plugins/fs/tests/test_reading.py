@@ -19,9 +19,9 @@ pytestmark = pytest.mark.anyio
 LINES = "".join(f"line {i}\n" for i in range(1, 101))
 
 
-async def test_whole_file_with_hash_and_line_count(app_factory, ws, mode):
+async def test_whole_file_with_hash_and_line_count(make_app, ws, mode):
     (ws / "a.txt").write_text(LINES)
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "read_file", {"path": "a.txt"})
     assert out["content"] == LINES
     assert (out["start_line"], out["end_line"], out["total_lines"]) == (1, 100, 100)
@@ -29,9 +29,9 @@ async def test_whole_file_with_hash_and_line_count(app_factory, ws, mode):
     assert out["size"] == len(LINES) and not out["truncated"] and out.get("next_offset") is None
 
 
-async def test_line_window_and_continuation(app_factory, ws, mode):
+async def test_line_window_and_continuation(make_app, ws, mode):
     (ws / "a.txt").write_text(LINES)
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "read_file", {"path": "a.txt", "offset": 10, "limit": 5})
         assert out["content"] == "".join(f"line {i}\n" for i in range(10, 15))
         assert (out["start_line"], out["end_line"], out["total_lines"]) == (10, 14, 100)
@@ -42,9 +42,9 @@ async def test_line_window_and_continuation(app_factory, ws, mode):
         assert "truncated" not in result.content[0].text
 
 
-async def test_byte_cap_cuts_at_a_line_and_hints(app_factory, ws, mode):
+async def test_byte_cap_cuts_at_a_line_and_hints(make_app, ws, mode):
     (ws / "a.txt").write_text(LINES)
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         result = await client.call_tool("read_file", {"path": "a.txt", "max_bytes": 30})
         out = result.structured_content
         assert out["content"] == "line 1\nline 2\nline 3\nline 4\n"
@@ -59,10 +59,10 @@ async def test_byte_cap_cuts_at_a_line_and_hints(app_factory, ws, mode):
         assert "".join(seen) == LINES
 
 
-async def test_policy_default_cap_and_override_clamped(app_factory, ws, mode):
+async def test_policy_default_cap_and_override_clamped(make_app, ws, mode):
     (ws / "big.txt").write_text("x" * 99 + "\n" + "y" * 3000 + "\n")
     policy = "[limits]\nmax_read_bytes = 1024\nmax_file_bytes = 2048\n"
-    async with connect(app_factory(policy), mode=mode) as client:
+    async with connect(make_app(policy), mode=mode) as client:
         error = await call_error(client, "read_file", {"path": "big.txt"})
         assert error["code"] == "too_large" and "limits.max_file_bytes" in error["message"] and "2048" in error["message"]
         (ws / "mid.txt").write_text(("z" * 99 + "\n") * 15)
@@ -72,18 +72,18 @@ async def test_policy_default_cap_and_override_clamped(app_factory, ws, mode):
         assert out["end_line"] == 15 and not out["truncated"]  # clamped to max_file_bytes, which fits
 
 
-async def test_single_overlong_line_still_progresses(app_factory, ws, mode):
+async def test_single_overlong_line_still_progresses(make_app, ws, mode):
     (ws / "long.txt").write_text("é" * 100 + "\nnext\n")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "read_file", {"path": "long.txt", "max_bytes": 51})
     assert out["content"] == "é" * 25  # cut at a character boundary, never mid-sequence
     assert out["truncated"] and out["next_offset"] == 2
 
 
-async def test_offset_past_end_and_empty_file(app_factory, ws, mode):
+async def test_offset_past_end_and_empty_file(make_app, ws, mode):
     (ws / "a.txt").write_text("one\ntwo")
     (ws / "empty.txt").write_text("")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "read_file", {"path": "a.txt", "offset": 5})
         assert error["code"] == "out_of_range" and "has 2 line(s)" in error["message"]
         out = await call_ok(client, "read_file", {"path": "a.txt"})
@@ -92,16 +92,16 @@ async def test_offset_past_end_and_empty_file(app_factory, ws, mode):
         assert (empty["content"], empty["total_lines"], empty["start_line"], empty["size"]) == ("", 0, 0, 0)
 
 
-async def test_crlf_is_kept(app_factory, ws, mode):
+async def test_crlf_is_kept(make_app, ws, mode):
     (ws / "dos.txt").write_bytes(b"a\r\nb\r\n")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "read_file", {"path": "dos.txt"})
     assert out["content"] == "a\r\nb\r\n" and out["total_lines"] == 2
 
 
-async def test_invalid_utf8_is_reported_not_replaced(app_factory, ws, mode):
+async def test_invalid_utf8_is_reported_not_replaced(make_app, ws, mode):
     (ws / "latin1.txt").write_bytes(b"ok line\ncaf\xe9 au lait\nand \xff\xfe more\n")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "read_file", {"path": "latin1.txt"})
         assert error["code"] == "invalid_utf8"
         assert "byte 11" in error["message"] and "line 2" in error["message"] and "errors='replace'" in error["message"]
@@ -115,10 +115,10 @@ async def test_invalid_utf8_is_reported_not_replaced(app_factory, ws, mode):
         assert first["content"] == "ok line\n" and first.get("invalid_utf8") is None
 
 
-async def test_binary_refused_in_text_and_returned_as_base64(app_factory, ws, mode):
+async def test_binary_refused_in_text_and_returned_as_base64(make_app, ws, mode):
     blob = bytes(range(256)) * 40
     (ws / "blob.bin").write_bytes(blob)
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "read_file", {"path": "blob.bin"})
         assert error["code"] == "binary" and "encoding='base64'" in error["message"]
         got, offset = b"", 0
@@ -133,9 +133,9 @@ async def test_binary_refused_in_text_and_returned_as_base64(app_factory, ws, mo
         assert error["code"] == "out_of_range"
 
 
-async def test_directory_and_missing_file(app_factory, ws, mode):
+async def test_directory_and_missing_file(make_app, ws, mode):
     (ws / "d").mkdir()
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "read_file", {"path": "d"})
         assert error["code"] == "is_directory" and "list_dir" in error["message"]
         error = await call_error(client, "read_file", {"path": "nope.txt"})
@@ -144,7 +144,7 @@ async def test_directory_and_missing_file(app_factory, ws, mode):
         assert error["code"] == "not_found"
 
 
-async def test_links_inside_the_root_are_followed_and_rechecked(app_factory, ws, mode, resolver):
+async def test_links_inside_the_root_are_followed_and_rechecked(make_app, ws, mode, resolver):
     (ws / "real.txt").write_text("real\n")
     (ws / "docs").mkdir()
     (ws / "docs" / "guide.md").write_text("guide\n")
@@ -155,7 +155,7 @@ async def test_links_inside_the_root_are_followed_and_rechecked(app_factory, ws,
     (ws / "doclink").symlink_to("docs")
     (ws / "to-secret").symlink_to("secret/key")
     policy = '[filesystem.paths]\n"secret" = "none"\n'
-    async with connect(app_factory(policy), mode=mode) as client:
+    async with connect(make_app(policy), mode=mode) as client:
         assert (await call_ok(client, "read_file", {"path": "alias.txt"}))["content"] == "real\n"
         assert (await call_ok(client, "read_file", {"path": "docs/up.txt"}))["content"] == "real\n"
         assert (await call_ok(client, "read_file", {"path": "doclink/guide.md"}))["content"] == "guide\n"
@@ -258,11 +258,11 @@ async def test_big_reads_inline_only_from_the_page_cache(backend_factory, ws):
     assert info.value.code == "too_large"
 
 
-async def test_outside_the_workspace_the_root_is_slash(app_factory, ws, outside, mode, resolver):
+async def test_outside_the_workspace_the_root_is_slash(make_app, ws, outside, mode, resolver):
     """Paths outside the workspace resolve under the deepest policy entry ('/' by
     default), where absolute links stay inside and are followed, then re-checked."""
     (outside / "abs-link").symlink_to(outside / "secret.txt")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "read_file", {"path": str(outside / "abs-link")})
         assert out["content"] == "TOP SECRET\n"
         listing = await call_ok(client, "list_dir", {"path": str(outside)})

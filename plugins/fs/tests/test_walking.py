@@ -39,9 +39,9 @@ def paths(result) -> list[str]:
     return [e["path"] for e in result["entries"]]
 
 
-async def test_breadth_first_sorted_and_deterministic(app_factory, ws, mode):
+async def test_breadth_first_sorted_and_deterministic(make_app, ws, mode):
     make_tree(ws, TREE)
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "walk", {})
         again = await call_ok(client, "walk", {"path": "."})
     assert paths(out) == [
@@ -55,9 +55,9 @@ async def test_breadth_first_sorted_and_deterministic(app_factory, ws, mode):
     assert kinds["src"] == ("directory", 1, None) and kinds["src/pkg/deep.py"] == ("file", 3, None)
 
 
-async def test_sizes_on_request(app_factory, ws, mode):
+async def test_sizes_on_request(make_app, ws, mode):
     make_tree(ws, {"x.txt": "12345", "d": {"y.txt": "1"}})
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "walk", {"sizes": True})
     assert {e["path"]: e.get("size") for e in out["entries"]} == {"x.txt": 5, "d": None, "d/y.txt": 1}
 
@@ -71,11 +71,11 @@ async def test_sizes_on_request(app_factory, ws, mode):
         ({"max_bytes": 1024}, "max_bytes (1024 bytes of response)", None),
     ],
 )
-async def test_each_limit_truncates(app_factory, ws, mode, args, reason, count):
+async def test_each_limit_truncates(make_app, ws, mode, args, reason, count):
     make_tree(ws, TREE)
     for i in range(40):
         (ws / f"long-file-name-number-{i:03d}.txt").write_text("")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "walk", {"path": "src" if "max_depth" in args else ".", **args})
     assert out["truncated"] and out["truncated_reason"].startswith(reason)
     if count is not None:
@@ -85,19 +85,19 @@ async def test_each_limit_truncates(app_factory, ws, mode, args, reason, count):
         assert len(json.dumps(out["entries"])) <= 1024
 
 
-async def test_requests_are_clamped_to_policy_limits(app_factory, ws, mode):
+async def test_requests_are_clamped_to_policy_limits(make_app, ws, mode):
     make_tree(ws, {f"f{i}": "" for i in range(30)})
     policy = "[limits]\nwalk_max_entries = 10\nwalk_max_depth = 3\n"
-    async with connect(app_factory(policy), mode=mode) as client:
+    async with connect(make_app(policy), mode=mode) as client:
         out = await call_ok(client, "walk", {"max_entries": 1000})
         assert len(out["entries"]) == 10 and out["truncated_reason"] == "max_entries (10)"
         listing = await call_ok(client, "list_dir", {"max_entries": 1000})
         assert len(listing["entries"]) == 10 and listing["truncated"]
 
 
-async def test_globs_include_and_exclude(app_factory, ws, mode):
+async def test_globs_include_and_exclude(make_app, ws, mode):
     make_tree(ws, TREE)
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         py = await call_ok(client, "walk", {"include": ["*.py"]})
         assert paths(py) == ["a.py", "src/main.py", "src/util.py", "src/pkg/deep.py"]
         anchored = await call_ok(client, "walk", {"include": ["/src/*.py"]})
@@ -108,7 +108,7 @@ async def test_globs_include_and_exclude(app_factory, ws, mode):
         assert paths(both) == ["src/pkg", "src/pkg/deep.py"]  # pathspec: "pkg/**" matches "pkg/" too
 
 
-async def test_gitignore_nested_negation_and_info_exclude(app_factory, ws, mode):
+async def test_gitignore_nested_negation_and_info_exclude(make_app, ws, mode):
     make_tree(ws, {
         ".git": {"HEAD": "ref", "info": {"exclude": "*.log\n"}},
         ".gitignore": "build/\n*.tmp\n!keep.tmp\n",
@@ -116,7 +116,7 @@ async def test_gitignore_nested_negation_and_info_exclude(app_factory, ws, mode)
         "build": {"out.o": ""},
         "lib": {".gitignore": "generated.c\n!*.tmp\n", "generated.c": "", "x.tmp": "", "lib.c": ""},
     })
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "walk", {"gitignore": True})
         plain = await call_ok(client, "walk", {})
         sub = await call_ok(client, "walk", {"path": "lib", "gitignore": True})
@@ -126,9 +126,9 @@ async def test_gitignore_nested_negation_and_info_exclude(app_factory, ws, mode)
     assert paths(sub) == [".gitignore", "lib.c", "x.tmp"]
 
 
-async def test_hidden_entries_and_pruning(app_factory, ws, mode):
+async def test_hidden_entries_and_pruning(make_app, ws, mode):
     make_tree(ws, TREE)
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         no_hidden = await call_ok(client, "walk", {"include_hidden": False})
         pruned = await call_ok(client, "walk", {"prune_hidden_dirs": True})
         listing = await call_ok(client, "list_dir", {"include_hidden": False})
@@ -137,11 +137,11 @@ async def test_hidden_entries_and_pruning(app_factory, ws, mode):
     assert [e["name"] for e in listing["entries"]] == ["a.py", "b.txt", "docs", "src"]
 
 
-async def test_directory_links_not_followed_unless_asked(app_factory, ws, mode, resolver):
+async def test_directory_links_not_followed_unless_asked(make_app, ws, mode, resolver):
     make_tree(ws, {"real": {"inner.txt": "i"}})
     (ws / "alias").symlink_to("real")
     (ws / "real" / "loop").symlink_to("..")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         plain = await call_ok(client, "walk", {})
         followed = await call_ok(client, "walk", {"follow_dir_links": True})
     assert paths(plain) == ["alias", "real", "real/inner.txt", "real/loop"]
@@ -151,17 +151,17 @@ async def test_directory_links_not_followed_unless_asked(app_factory, ws, mode, 
     assert "already walked" in messages["real/loop"]  # the loop is detected, not walked forever
 
 
-async def test_none_areas_are_listed_by_name_never_entered(app_factory, ws, mode):
+async def test_none_areas_are_listed_by_name_never_entered(make_app, ws, mode):
     make_tree(ws, {"secret": {"key.pem": "k"}, "open": {"a": "a"}})
-    async with connect(app_factory('[filesystem.paths]\n"secret" = "none"\n'), mode=mode) as client:
+    async with connect(make_app('[filesystem.paths]\n"secret" = "none"\n'), mode=mode) as client:
         out = await call_ok(client, "walk", {})
     assert "secret" in paths(out) and "secret/key.pem" not in paths(out)
     assert "'none'" in {e["path"]: e["message"] for e in out["errors"]}["secret"]
 
 
-async def test_walk_of_a_file_or_missing_path(app_factory, ws, mode):
+async def test_walk_of_a_file_or_missing_path(make_app, ws, mode):
     (ws / "f").write_text("")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         assert (await call_error(client, "walk", {"path": "f"}))["code"] == "not_a_directory"
         assert (await call_error(client, "walk", {"path": "missing"}))["code"] == "not_found"
 
@@ -216,7 +216,7 @@ async def test_cancelled_walk_stops_its_thread(backend_factory, ws):
     assert threading.active_count() < 50
 
 
-async def test_invalid_glob_is_a_clear_error(app_factory, ws, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_invalid_glob_is_a_clear_error(make_app, ws, mode):
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "walk", {"include": ["a\\"]})
     assert error["code"] == "invalid_pattern" and "include" in error["message"] and "'*.py'" in error["message"]

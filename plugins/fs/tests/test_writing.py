@@ -30,8 +30,8 @@ def temp_files(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     return request.param
 
 
-async def test_create_then_replace_reports_hashes(app_factory, ws, mode, temp_files):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_create_then_replace_reports_hashes(make_app, ws, mode, temp_files):
+    async with connect(make_app(), mode=mode) as client:
         out = await call_ok(client, "write_file", {"path": "new.txt", "content": "one\n"})
         assert out["created"] and out["previous_sha256"] is None and out["sha256"] == sha(b"one\n") and out["size"] == 4
         out = await call_ok(client, "write_file", {"path": "new.txt", "content": "two\n"})
@@ -40,11 +40,11 @@ async def test_create_then_replace_reports_hashes(app_factory, ws, mode, temp_fi
     assert not [p for p in os.listdir(ws) if p.endswith(TMP_SUFFIX)]
 
 
-async def test_mode_is_preserved_and_new_files_follow_umask(app_factory, ws, mode, temp_files):
+async def test_mode_is_preserved_and_new_files_follow_umask(make_app, ws, mode, temp_files):
     script = ws / "run.sh"
     script.write_text("#!/bin/sh\n")
     os.chmod(script, 0o751)
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         await call_ok(client, "write_file", {"path": "run.sh", "content": "#!/bin/sh\necho hi\n"})
         await call_ok(client, "write_file", {"path": "fresh.txt", "content": "x"})
     assert stat.S_IMODE(os.stat(script).st_mode) == 0o751
@@ -53,9 +53,9 @@ async def test_mode_is_preserved_and_new_files_follow_umask(app_factory, ws, mod
     assert stat.S_IMODE(os.stat(ws / "fresh.txt").st_mode) == 0o666 & ~umask
 
 
-async def test_expected_sha256_refuses_a_stale_write_with_the_current_hash(app_factory, ws, mode):
+async def test_expected_sha256_refuses_a_stale_write_with_the_current_hash(make_app, ws, mode):
     (ws / "f.txt").write_text("v1\n")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         read = await call_ok(client, "read_file", {"path": "f.txt"})
         (ws / "f.txt").write_text("someone else's v2\n")
         error = await call_error(client, "write_file", {"path": "f.txt", "content": "mine\n",
@@ -71,9 +71,9 @@ async def test_expected_sha256_refuses_a_stale_write_with_the_current_hash(app_f
         assert error["code"] == "stale" and "does not exist" in error["message"]
 
 
-async def test_must_not_exist_and_create_parents(app_factory, ws, mode, temp_files):
+async def test_must_not_exist_and_create_parents(make_app, ws, mode, temp_files):
     (ws / "have.txt").write_text("keep")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "write_file", {"path": "have.txt", "content": "x", "must_not_exist": True})
         assert error["code"] == "exists"
         assert (ws / "have.txt").read_text() == "keep"
@@ -85,47 +85,47 @@ async def test_must_not_exist_and_create_parents(app_factory, ws, mode, temp_fil
     assert (ws / "a" / "b" / "c.txt").read_text() == "deep"
 
 
-async def test_base64_content_and_bad_base64(app_factory, ws, mode):
+async def test_base64_content_and_bad_base64(make_app, ws, mode):
     blob = bytes(range(256))
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         await call_ok(client, "write_file", {"path": "b.bin", "content": base64.b64encode(blob).decode(), "encoding": "base64"})
         error = await call_error(client, "write_file", {"path": "c.bin", "content": "not base64!", "encoding": "base64"})
         assert error["code"] == "invalid_content"
     assert (ws / "b.bin").read_bytes() == blob and not (ws / "c.bin").exists()
 
 
-async def test_size_limit(app_factory, ws, mode):
-    async with connect(app_factory("[limits]\nmax_file_bytes = 100\n"), mode=mode) as client:
+async def test_size_limit(make_app, ws, mode):
+    async with connect(make_app("[limits]\nmax_file_bytes = 100\n"), mode=mode) as client:
         error = await call_error(client, "write_file", {"path": "big.txt", "content": "x" * 101})
         assert error["code"] == "too_large" and "limits.max_file_bytes" in error["message"]
     assert not (ws / "big.txt").exists()
 
 
-async def test_leaf_link_is_never_followed(app_factory, ws, mode, resolver):
+async def test_leaf_link_is_never_followed(make_app, ws, mode, resolver):
     (ws / "target.txt").write_text("target\n")
     (ws / "link.txt").symlink_to("target.txt")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "write_file", {"path": "link.txt", "content": "via link"})
         assert error["code"] == "symlink_refused" and "'target.txt'" in error["message"]
     assert (ws / "target.txt").read_text() == "target\n" and (ws / "link.txt").is_symlink()
 
 
-async def test_directory_and_fifo_targets_refused(app_factory, ws, mode):
+async def test_directory_and_fifo_targets_refused(make_app, ws, mode):
     (ws / "d").mkdir()
     os.mkfifo(ws / "pipe")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         assert (await call_error(client, "write_file", {"path": "d", "content": "x"}))["code"] == "is_directory"
         error = await call_error(client, "write_file", {"path": "pipe", "content": "x"})
         assert error["code"] == "not_regular" and "FIFO" in error["message"]
 
 
-async def test_writes_through_an_in_root_parent_link_are_rechecked(app_factory, ws, mode, resolver):
+async def test_writes_through_an_in_root_parent_link_are_rechecked(make_app, ws, mode, resolver):
     (ws / ".git").mkdir()
     (ws / ".git" / "config").write_text("[core]\n")
     (ws / "src").mkdir()
     (ws / "gitdir").symlink_to(".git")
     (ws / "srclink").symlink_to("src")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "write_file", {"path": "gitdir/config", "content": "evil"})
         assert error["code"] == "refused" and "protected" in error["message"]
         await call_ok(client, "write_file", {"path": "srclink/ok.txt", "content": "fine"})
@@ -186,10 +186,10 @@ async def test_write_bytes_in_place_keeps_the_inode_and_refuses_what_a_replace_r
     assert (ws / "new" / "n.txt").read_bytes() == b"made"
 
 
-async def test_make_dir(app_factory, ws, mode):
+async def test_make_dir(make_app, ws, mode):
     (ws / "file").write_text("")
     (ws / "dlink").symlink_to("somewhere")
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         assert (await call_ok(client, "make_dir", {"path": "a/b/c"}))["created"]
         assert not (await call_ok(client, "make_dir", {"path": "a/b/c"}))["created"]
         error = await call_error(client, "make_dir", {"path": "a/b/c", "exist_ok": False})

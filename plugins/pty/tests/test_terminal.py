@@ -10,7 +10,7 @@ import time
 import pytest
 
 from codespace.processes.kill import members
-from codespace.testing import call_error, call_ok, connect
+from codespace.testing import call_error, call_ok
 
 pytestmark = pytest.mark.anyio
 
@@ -41,8 +41,8 @@ async def finish(client, session: str, step: dict) -> dict:
     return step
 
 
-async def test_interactive_bash_stty_resize_and_ctrl_c(app, mode):
-    async with connect(app, mode=mode) as client:
+async def test_interactive_bash_stty_resize_and_ctrl_c(mcp_client, mode):
+    async with mcp_client(mode=mode) as client:
         started = await call_ok(client, "exec", {"command": ["bash", "--norc", "--noprofile", "-i"], "tty": True,
                                                  "env": {"PS1": "PROMPT> "}})
         session = started["session_id"]
@@ -62,8 +62,8 @@ async def test_interactive_bash_stty_resize_and_ctrl_c(app, mode):
         assert (await finish(client, session, done))["exit_code"] == 7
 
 
-async def test_python_repl(app, mode):
-    async with connect(app, mode=mode) as client:
+async def test_python_repl(mcp_client, mode):
+    async with mcp_client(mode=mode) as client:
         started = await call_ok(client, "exec", {"command": [sys.executable, "-q", "-i"], "tty": True})
         session = started["session_id"]
         await until(client, session, lambda t: ">>> " in t, seen=started["output"])
@@ -77,8 +77,8 @@ async def test_python_repl(app, mode):
         assert final["running"] is False and final["exit_code"] == 0
 
 
-async def test_full_screen_programs(app, mode):
-    async with connect(app, mode=mode) as client:
+async def test_full_screen_programs(mcp_client, mode):
+    async with mcp_client(mode=mode) as client:
         top = await call_ok(client, "exec", {"command": ["top", "-b", "-n", "1"], "tty": True, "yield_ms": 10000})
         assert top["exit_code"] == 0 and "PID" in top["output"] and "load average" in top["output"]
         less = await call_ok(client, "exec", {"command": "seq 1 500 | less", "tty": True, "rows": 10})
@@ -89,9 +89,9 @@ async def test_full_screen_programs(app, mode):
         assert (await finish(client, less["session_id"], quit_))["exit_code"] == 0
 
 
-async def test_terminate_and_timeout_leave_nothing_behind(app, mode):
+async def test_terminate_and_timeout_leave_nothing_behind(mcp_client, mode):
     script = "trap '' TERM HUP; (trap '' TERM HUP; sleep 1000) & (trap '' TERM HUP; sleep 1000) & wait"
-    async with connect(app, mode=mode) as client:
+    async with mcp_client(mode=mode) as client:
         started = await call_ok(client, "exec", {"command": script, "tty": True, "yield_ms": 300})
         leader = started["pid"]
         assert len(members(leader)) >= 3
@@ -103,25 +103,21 @@ async def test_terminate_and_timeout_leave_nothing_behind(app, mode):
         assert members(timed["pid"]) == []
 
 
-async def test_output_on_a_terminal_keeps_utf8_and_control_bytes(app, mode):
-    async with connect(app, mode=mode) as client:
+async def test_output_on_a_terminal_keeps_utf8_and_control_bytes(mcp_client, mode):
+    async with mcp_client(mode=mode) as client:
         out = await call_ok(client, "exec", {"command": "printf 'héllo \\033[1mbold\\033[0m €\\n'", "tty": True,
                                              "yield_ms": 5000})
         assert "héllo" in out["output"] and "\x1b[1mbold" in out["output"] and "€" in out["output"]
 
 
-async def test_no_terminal_backend_gives_a_clear_error(tmp_path, mode):
-    from codespace.testing import build_app
-
-    (tmp_path / "w").mkdir()
-    bare = build_app(tmp_path / "w", state_dir=tmp_path / "s", plugins=())
-    async with connect(bare, mode=mode) as client:
+async def test_no_terminal_backend_gives_a_clear_error(mcp_client, mode):
+    async with mcp_client(plugins=(), mode=mode) as client:
         error = await call_error(client, "exec", {"command": ["true"], "tty": True})
         assert error["code"] == "backend_missing" and "codespace-pty" in error["message"]
 
 
-async def test_sessions_survive_many_writes_in_order(app, mode):
-    async with connect(app, mode=mode) as client:
+async def test_sessions_survive_many_writes_in_order(mcp_client, mode):
+    async with mcp_client(mode=mode) as client:
         started = await call_ok(client, "exec", {"command": ["cat"], "tty": True})
         session = started["session_id"]
         seen = started["output"]
