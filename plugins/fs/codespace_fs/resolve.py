@@ -8,7 +8,8 @@ under and lets the kernel walk the rest with ``openat2(RESOLVE_BENEATH |
 RESOLVE_NO_MAGICLINKS)``: absolute links, ``..`` leaving the root and magic links
 (``/proc/self/root``...) fail inside the kernel, atomically with the lookup. On
 kernels without openat2 the same walk is done one component at a time with
-``openat(O_NOFOLLOW)`` from fds we hold, interpreting links ourselves.
+``openat(O_NOFOLLOW)`` from fds we hold, interpreting links ourselves
+(:mod:`.openat_walk`).
 
 Links. Policy ``filesystem.symlinks``:
 - ``within_root`` (default): a link is followed when its target stays beneath the
@@ -34,7 +35,9 @@ from typing import TYPE_CHECKING, Literal
 
 from codespace.contract import FsError
 
-from . import errors, kernel
+from . import errors, kernel, openat_walk
+from .names import join, readlink_at
+from .roots import O_CLOEXEC, O_DIR, O_NOFOLLOW, O_PATH, Root
 
 if TYPE_CHECKING:
     from codespace.policy.paths import PathRules
@@ -46,43 +49,6 @@ Need = Literal["read", "write"]
 Mode = Literal["openat2", "openat"]
 
 MODE_ENV = "CODESPACE_FS_RESOLVER"
-MAX_LINKS = 40  # the kernel's own limit on links followed in one lookup
-RETRIES = 8  # lookups of one component that keeps changing under us before giving up
-
-O_CLOEXEC = os.O_CLOEXEC
-O_PATH = os.O_PATH
-O_DIR = os.O_DIRECTORY
-O_NOFOLLOW = os.O_NOFOLLOW
-
-
-@dataclass(frozen=True)
-class Root:
-    """The directory a path is confined to: the workspace root, or the deepest
-    policy entry granting access to a path outside it."""
-
-    path: str
-    fd: int
-    owned: bool
-
-    @property
-    def is_fs_root(self) -> bool:
-        return self.path == "/"
-
-    def rel(self, path: str) -> str:
-        if self.path == "/":
-            return path[1:]
-        return path[len(self.path) + 1:]
-
-    def join(self, rel: str) -> str:
-        if not rel:
-            return self.path
-        return ("/" if self.path == "/" else self.path + "/") + rel
-
-    def close(self) -> None:
-        if self.owned:
-            os.close(self.fd)
-
-
 @dataclass
 class Opened:
     """An fd for the object a path reached, and the path the policy judged it by."""
@@ -197,18 +163,18 @@ class Confinement:
                 fd, followed = self._openat2(root, rel, flags)
                 real_rel = self._real_rel(root, fd) if followed else rel
             else:
-                fd, followed, real_rel = self._walk(root, rel, flags, follow_last)
+                fd, followed, real_rel = openat_walk.walk(root, rel, flags, follow_last, self.follow_links)
         except OSError as exc:
             raise self._explain(exc, root, rel, path if leaf is None else f"{path.rstrip('/')}/{leaf}", action) from exc
         if not followed:
-            return Opened(fd, path if leaf is None else _join(path, leaf), False)
+            return Opened(fd, path if leaf is None else join(path, leaf), False)
         target = root.join(real_rel)
         if leaf is not None:
-            target = _join(target, leaf)
+            target = join(target, leaf)
         refusal = self.rules.check_exact(target, need)
         if refusal is not None:
             os.close(fd)
-            shown = path if leaf is None else _join(path, leaf)
+            shown = path if leaf is None else join(path, leaf)
             raise errors.refused(
                 f"{shown} leads through a symbolic link to {target}: {refusal.message}",
                 path=shown, rule=refusal.rule,
@@ -244,95 +210,6 @@ class Confinement:
             os.close(fd)
             raise OSError(errno.EXDEV, f"resolved outside the root: {real}")
         return real[len(root_real) + 1:]
-
-    def _walk(self, root: Root, rel: str, flags: int, follow_last: bool) -> tuple[int, bool, str]:
-        """The fallback: one ``openat(O_NOFOLLOW)`` per component from fds we hold.
-        ``..`` pops our own stack (never ``openat("..")``, which a directory moved
-        out of the root would let escape); links are read and spliced in."""
-        todo = [p for p in reversed(rel.split("/")) if p] if rel else []
-        fds = [root.fd]
-        names: list[str] = []
-        followed = False
-        links = 0
-        result = -1
-        try:
-            while todo:
-                name = todo.pop()
-                if name == ".":
-                    continue
-                if name == "..":
-                    if not names:
-                        if root.is_fs_root:
-                            continue
-                        raise OSError(errno.EXDEV, "a symbolic link leads out of the root")
-                    os.close(fds.pop())
-                    names.pop()
-                    continue
-                last = not todo
-                cur = fds[-1]
-                target = None
-                step = (flags | O_NOFOLLOW if last else O_PATH | O_DIR | O_NOFOLLOW) | O_CLOEXEC
-                for attempt in range(RETRIES):
-                    try:
-                        fd = os.open(name, step, dir_fd=cur)
-                        break
-                    except OSError as exc:
-                        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                            raise
-                        try:
-                            target = os.readlink(name, dir_fd=cur)
-                        except OSError:
-                            # Not a link (any more). If it is a directory or a link now,
-                            # it was swapped between the two calls: look again. Anything
-                            # else (a file on the path) is the open's own error.
-                            if not _swapping_at(cur, name):
-                                raise exc from None
-                            if attempt < RETRIES - 1:
-                                continue
-                            raise OSError(errno.EAGAIN, "the path kept changing while it was resolved") from None
-                        if last and not follow_last:
-                            raise
-                        fd = -1
-                        break
-                if fd >= 0:
-                    if last and follow_last and flags & O_PATH and stat.S_ISLNK(os.fstat(fd).st_mode):
-                        target = _readlink_at(cur, name)
-                        os.close(fd)
-                        if target is None:  # pragma: no cover - replaced between open and readlink
-                            raise OSError(errno.ENOENT, "the path changed while it was resolved")
-                    elif last:
-                        result = fd
-                        return fd, followed, "/".join([*names, name])
-                    else:
-                        fds.append(fd)
-                        names.append(name)
-                        continue
-                if not self.follow_links:
-                    raise OSError(errno.ELOOP, "symbolic links are refused by policy")
-                here = root.join("/".join(names))
-                if here.startswith("/proc/"):
-                    # Links under /proc/<pid> are the kernel's magic links (fd/N, cwd,
-                    # root, exe): their text is not where they lead. Refuse, as
-                    # RESOLVE_NO_MAGICLINKS does.
-                    raise OSError(errno.ELOOP, "magic link under /proc")
-                links += 1
-                if links > MAX_LINKS:
-                    raise OSError(errno.ELOOP, "too many levels of symbolic links")
-                followed = True
-                if target.startswith("/"):
-                    if not root.is_fs_root:
-                        raise OSError(errno.EXDEV, "an absolute symbolic link leaves the root")
-                    while len(fds) > 1:
-                        os.close(fds.pop())
-                    names.clear()
-                todo.extend(p for p in reversed(target.split("/")) if p)
-            # The path ended on a directory we hold (the root itself, or a link to "..").
-            result = os.open(".", (flags & ~O_NOFOLLOW) | O_CLOEXEC, dir_fd=fds[-1])
-            return result, followed, "/".join(names)
-        finally:
-            for fd in fds[1:]:
-                if fd != result:
-                    os.close(fd)
 
     # -- messages ------------------------------------------------------------------
 
@@ -382,27 +259,6 @@ class Confinement:
         return errors.os_error(exc, path, action)
 
 
-def _join(parent: str, name: str) -> str:
-    return parent + name if parent.endswith("/") else f"{parent}/{name}"
-
-
-def _swapping_at(dirfd: int, name: str) -> bool:
-    """After open said "not a directory" or "a link" and readlink said "no link":
-    whether ``name`` is a directory or a link *now*, i.e. changing under us."""
-    try:
-        mode = os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode
-    except OSError:
-        return True  # gone: changed under us too
-    return stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
-
-
-def _readlink_at(dirfd: int, name: str) -> str | None:
-    try:
-        return os.readlink(name, dir_fd=dirfd)
-    except OSError:
-        return None
-
-
 def _first_link(root: Root, rel: str) -> tuple[str, str] | None:
     """For the message only (the refusal has already happened): the first link on
     the path and its text. Best effort, by plain lstat."""
@@ -414,5 +270,5 @@ def _first_link(root: Root, rel: str) -> tuple[str, str] | None:
         except OSError:
             return None
         if stat.S_ISLNK(st.st_mode):
-            return sub, _readlink_at(root.fd, sub) or "?"
+            return sub, readlink_at(root.fd, sub) or "?"
     return None

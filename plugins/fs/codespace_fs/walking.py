@@ -21,6 +21,8 @@ from operator import attrgetter
 from codespace.contract import EntryError, FsError, WalkRequest, WalkResult
 
 from . import errors, ignore, kernel
+from .ancestor_ignores import ancestor_scopes
+from .names import join
 from .reading import kind_of
 from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, O_PATH, Confinement
 
@@ -70,175 +72,246 @@ def walk(conf: Confinement, request: WalkRequest, limits, cancel: threading.Even
     return WalkResult.model_construct(**data)
 
 
-def collect(conf: Confinement, request: WalkRequest, limits, cancel: threading.Event | None = None) -> dict:  # noqa: ANN001, C901, PLR0912, PLR0915
+def collect(conf: Confinement, request: WalkRequest, limits, cancel: threading.Event | None = None) -> dict:  # noqa: ANN001
     """The walk itself, as plain data (the shape of WalkResult)."""
     path = request.path
     lim = Limits(request, limits)
     include = ignore.compile_globs(request.include, "include")
     exclude = ignore.compile_globs(request.exclude, "exclude")
     start = conf.open(path, O_PATH | O_DIR, need="read", follow_last=True, action="walk")
-    start_real = start.path
-    # Policy entries below the walk's root: a directory named by one is checked
-    # before it is read (a 'none' area is listed by name, never entered).
-    prefix = start_real.rstrip("/") + "/"
-    ruled = {r.path for r in conf.rules.rules if r.path.startswith(prefix)}
+    walk = _Walk(conf, request, lim, include, exclude, start.path)
     try:
-        scopes = _ancestor_scopes(conf, path) if request.gitignore else ()
+        scopes = ancestor_scopes(conf, path) if request.gitignore else ()
     except BaseException:
         os.close(start.fd)
         raise
-
-    entries: list[dict] = []
-    problems: list[dict] = []
-    append = entries.append
-    include_hidden = request.include_hidden
-    prune_hidden = request.prune_hidden_dirs
-    sizes = request.sizes
-    gitignore = request.gitignore
-    follow = request.follow_dir_links
-    plain = include is None and exclude is None and not gitignore and include_hidden
     # Queue items: (base fd, path below it, path from the walked directory (raw),
     # the same for display (UTF-8 safe), depth of its entries, real path, ignore scopes)
-    queue: list[tuple] = [(start.fd, "", "", "", 1, start_real, scopes)]
-    owned = [start.fd]
-    seen: set[tuple[int, int]] = set()
-    budget = lim.bytes - 120  # the result's own fields
-    used = 0
-    truncated_reason: str | None = None
-    depth_cut = lim.depth == 0
-    dirs = 0
-    head = 0 if lim.depth > 0 else 1
+    walk.queue.append((start.fd, "", "", "", 1, start.path, scopes))
+    walk.owned.append(start.fd)
     try:
+        walk.run(cancel)
+    finally:
+        for fd in walk.owned:
+            os.close(fd)
+    truncated_reason = walk.truncated_reason
+    if truncated_reason == "cancelled":
+        raise FsError(f"the walk of {path} was cancelled", path=path, code="cancelled")
+    if truncated_reason is None and walk.depth_cut:
+        truncated_reason = f"max_depth ({lim.depth}): deeper directories were not read"
+    return {
+        "path": path, "entries": walk.entries, "truncated": truncated_reason is not None,
+        "truncated_reason": truncated_reason, "errors": walk.problems, "dirs_visited": walk.dirs,
+    }
+
+
+class _Walk:
+    """One walk's state: the queue of directories still to read, what was found, and
+    how much of each limit it used. Its loops over entries keep their state in locals:
+    they run once per entry of the tree."""
+
+    def __init__(
+        self, conf: Confinement, request: WalkRequest, lim: Limits, include, exclude, start_real: str,  # noqa: ANN001
+    ) -> None:
+        self.conf = conf
+        self.lim = lim
+        self.include = include
+        self.exclude = exclude
+        # Policy entries below the walk's root: a directory named by one is checked
+        # before it is read (a 'none' area is listed by name, never entered).
+        prefix = start_real.rstrip("/") + "/"
+        self.ruled = {r.path for r in conf.rules.rules if r.path.startswith(prefix)}
+        self.include_hidden = request.include_hidden
+        self.prune_hidden = request.prune_hidden_dirs
+        self.sizes = request.sizes
+        self.gitignore = request.gitignore
+        self.follow = request.follow_dir_links
+        self.plain = include is None and exclude is None and not self.gitignore and self.include_hidden
+        self.entries: list[dict] = []
+        self.problems: list[dict] = []
+        self.queue: list[tuple] = []
+        self.owned: list[int] = []
+        self.seen: set[tuple[int, int]] = set()
+        self.budget = lim.bytes - 120  # the result's own fields
+        self.used = 0
+        self.truncated_reason: str | None = None
+        self.depth_cut = lim.depth == 0
+        self.dirs = 0
+
+    def run(self, cancel: threading.Event | None) -> None:
+        queue = self.queue
+        lim = self.lim
+        head = 0 if lim.depth > 0 else 1
         while head < len(queue):
             if cancel is not None and cancel.is_set():
-                truncated_reason = "cancelled"
+                self.truncated_reason = "cancelled"
                 break
             base, rel, raw_dir, shown_dir, depth, real_dir, scopes = queue[head]
             head += 1
-            if dirs >= lim.dirs:
-                truncated_reason = f"max_dirs ({lim.dirs} directories read)"
+            if self.dirs >= lim.dirs:
+                self.truncated_reason = f"max_dirs ({lim.dirs} directories read)"
                 break
-            try:
-                fd = _open_below(conf.mode, base, rel)
-            except OSError as exc:
-                problems.append({"path": shown_dir, "message": _dir_error(exc)})
+            read = self._read_dir(base, rel, raw_dir, shown_dir, real_dir, scopes)
+            if read is None:
                 continue
-            dirs += 1
-            try:
-                if follow:
-                    st = os.fstat(fd)
-                    seen.add((st.st_dev, st.st_ino))
-                with os.scandir(fd) as it:
-                    found = sorted(it, key=_by_name)
-                if gitignore:
-                    spec = ignore.load_at(fd, ".gitignore", _join(real_dir, ".gitignore"))
-                    if spec is not None:
-                        scopes = (*scopes, ignore.Scope(len(raw_dir) + 1 if raw_dir else 0, "", spec))
-            except OSError as exc:
-                os.close(fd)
-                problems.append({"path": shown_dir, "message": f"cannot read: {exc.strerror}"})
-                continue
+            fd, found, scopes = read
             pre = raw_dir + "/" if raw_dir else ""
             shown_pre = shown_dir + "/" if shown_dir else ""
-            rel_pre = rel + "/" if rel else ""
-            real_pre = real_dir.rstrip("/") + "/"
             later: list[tuple[str, str, str, str]] = []  # (name, raw path, shown path, kind) to descend into
             try:
-                names = [e.name for e in found]
-                joined = "".join(names)
-                simple = plain and (joined.isascii() or errors.is_safe(joined))
-                if simple:
-                    size = (len(joined) if joined.isascii() else len(joined.encode())) + len(found) * (
-                        len(shown_pre) + ENTRY_OVERHEAD)
-                    simple = len(entries) + len(found) <= lim.entries and used + size <= budget
-                if simple:
-                    # The common case, kept tight: no filters, every name printable,
-                    # the whole directory within the limits.
-                    used += size
-                    for entry in found:
-                        name = entry.name
-                        p = pre + name
-                        if entry.is_dir(follow_symlinks=False):
-                            append({"path": p, "kind": "directory", "depth": depth})
-                            later.append((name, p, p, "directory"))
-                            continue
-                        if entry.is_file(follow_symlinks=False):
-                            item = {"path": p, "kind": "file", "depth": depth}
-                            if sizes:
-                                _add_size(entry, item)
-                            append(item)
-                            continue
-                        kind = _kind(entry, pre, problems)
-                        if kind is not None:
-                            append({"path": p, "kind": kind, "depth": depth})
-                            if kind == "symlink" and follow:
-                                later.append((name, p, p, kind))
+                size = self._plain_size(found, shown_pre)
+                if size is not None:
+                    self.used += size
+                    self._list_plain(found, pre, depth, later)
                 else:
-                    for entry in found:
-                        name = entry.name
-                        if name[0] == "." and not include_hidden:
-                            continue
-                        p = pre + name
-                        kind = _kind(entry, shown_pre, problems)
-                        if kind is None:
-                            continue
-                        is_dir = kind == "directory"
-                        if gitignore and ((is_dir and name == ".git") or ignore.ignored(scopes, p, is_dir)):
-                            continue
-                        if exclude is not None and ignore.matches(exclude, p, is_dir):
-                            continue
-                        if name.isascii() or errors.is_safe(name):
-                            shown = shown_pre + name
-                        else:
-                            shown = shown_pre + errors.safe_name(name)
-                            problems.append({"path": shown, "message": _NON_UTF8})
-                        if include is None or ignore.matches(include, p, is_dir):
-                            if len(entries) >= lim.entries:
-                                truncated_reason = f"max_entries ({lim.entries})"
-                                break
-                            used += (len(shown) if shown.isascii() else len(shown.encode())) + ENTRY_OVERHEAD
-                            if used > budget:
-                                truncated_reason = f"max_bytes ({lim.bytes} bytes of response)"
-                                break
-                            item = {"path": shown, "kind": kind, "depth": depth}
-                            if sizes and kind == "file":
-                                _add_size(entry, item)
-                            append(item)
-                        if is_dir or (kind == "symlink" and follow):
-                            later.append((name, p, shown, kind))
+                    self._list_filtered(found, pre, shown_pre, depth, scopes, later)
             finally:
                 os.close(fd)
-            for name, p, shown, kind in later:
-                if name[0] == "." and prune_hidden:
-                    continue
-                if depth >= lim.depth:
-                    depth_cut = True
-                    continue
-                real = real_pre + name
-                if kind == "symlink":
-                    item = _follow(conf, real, p, shown, depth, scopes, seen, owned, problems)
-                    if item is not None:
-                        queue.append(item)
-                    continue
-                if real in ruled:
-                    refusal = conf.rules.check_exact(real, "read")
-                    if refusal is not None:
-                        problems.append({"path": shown, "message": f"not entered: {refusal.message}"})
-                        continue
-                queue.append((base, rel_pre + name, p, shown, depth + 1, real, scopes))
-            if truncated_reason is not None:
+            self._descend(later, base, rel, depth, real_dir, scopes)
+            if self.truncated_reason is not None:
                 break
-    finally:
-        for fd in owned:
+
+    def _read_dir(self, base: int, rel: str, raw_dir: str, shown_dir: str, real_dir: str, scopes: tuple):  # noqa: ANN202
+        """The directory's fd, its entries sorted by name and the ignore scopes that
+        apply in it; None (and an entry error) when it cannot be read."""
+        try:
+            fd = _open_below(self.conf.mode, base, rel)
+        except OSError as exc:
+            self.problems.append({"path": shown_dir, "message": _dir_error(exc)})
+            return None
+        self.dirs += 1
+        try:
+            if self.follow:
+                st = os.fstat(fd)
+                self.seen.add((st.st_dev, st.st_ino))
+            with os.scandir(fd) as it:
+                found = sorted(it, key=_by_name)
+            if self.gitignore:
+                spec = ignore.load_at(fd, ".gitignore", join(real_dir, ".gitignore"))
+                if spec is not None:
+                    scopes = (*scopes, ignore.Scope(len(raw_dir) + 1 if raw_dir else 0, "", spec))
+        except OSError as exc:
             os.close(fd)
-    if truncated_reason == "cancelled":
-        raise FsError(f"the walk of {path} was cancelled", path=path, code="cancelled")
-    if truncated_reason is None and depth_cut:
-        truncated_reason = f"max_depth ({lim.depth}): deeper directories were not read"
-    return {
-        "path": path, "entries": entries, "truncated": truncated_reason is not None,
-        "truncated_reason": truncated_reason, "errors": problems, "dirs_visited": dirs,
-    }
+            self.problems.append({"path": shown_dir, "message": f"cannot read: {exc.strerror}"})
+            return None
+        return fd, found, scopes
+
+    def _plain_size(self, found: list[os.DirEntry], shown_pre: str) -> int | None:
+        """The response bytes of listing the whole directory by the fast path, or None
+        when it does not apply: a filter, a name to escape, or a limit in the way."""
+        if not self.plain:
+            return None
+        joined = "".join([e.name for e in found])
+        if not (joined.isascii() or errors.is_safe(joined)):
+            return None
+        size = (len(joined) if joined.isascii() else len(joined.encode())) + len(found) * (
+            len(shown_pre) + ENTRY_OVERHEAD)
+        if len(self.entries) + len(found) <= self.lim.entries and self.used + size <= self.budget:
+            return size
+        return None
+
+    def _list_plain(self, found: list[os.DirEntry], pre: str, depth: int, later: list) -> None:
+        """The common case, kept tight: no filters, every name printable, the whole
+        directory within the limits."""
+        append = self.entries.append
+        problems = self.problems
+        sizes = self.sizes
+        follow = self.follow
+        for entry in found:
+            name = entry.name
+            p = pre + name
+            if entry.is_dir(follow_symlinks=False):
+                append({"path": p, "kind": "directory", "depth": depth})
+                later.append((name, p, p, "directory"))
+                continue
+            if entry.is_file(follow_symlinks=False):
+                item = {"path": p, "kind": "file", "depth": depth}
+                if sizes:
+                    _add_size(entry, item)
+                append(item)
+                continue
+            kind = _kind(entry, pre, problems)
+            if kind is not None:
+                append({"path": p, "kind": kind, "depth": depth})
+                if kind == "symlink" and follow:
+                    later.append((name, p, p, kind))
+
+    def _list_filtered(  # noqa: C901, PLR0912
+        self, found: list[os.DirEntry], pre: str, shown_pre: str, depth: int, scopes: tuple, later: list,
+    ) -> None:
+        """Hidden names, ignore files, include and exclude globs, escaped names and
+        the entry and byte limits, checked entry by entry."""
+        entries = self.entries
+        append = entries.append
+        problems = self.problems
+        include, exclude = self.include, self.exclude
+        include_hidden = self.include_hidden
+        gitignore = self.gitignore
+        sizes = self.sizes
+        follow = self.follow
+        max_entries = self.lim.entries
+        budget = self.budget
+        used = self.used
+        try:
+            for entry in found:
+                name = entry.name
+                if name[0] == "." and not include_hidden:
+                    continue
+                p = pre + name
+                kind = _kind(entry, shown_pre, problems)
+                if kind is None:
+                    continue
+                is_dir = kind == "directory"
+                if gitignore and ((is_dir and name == ".git") or ignore.ignored(scopes, p, is_dir)):
+                    continue
+                if exclude is not None and ignore.matches(exclude, p, is_dir):
+                    continue
+                if name.isascii() or errors.is_safe(name):
+                    shown = shown_pre + name
+                else:
+                    shown = shown_pre + errors.safe_name(name)
+                    problems.append({"path": shown, "message": _NON_UTF8})
+                if include is None or ignore.matches(include, p, is_dir):
+                    if len(entries) >= max_entries:
+                        self.truncated_reason = f"max_entries ({max_entries})"
+                        break
+                    used += (len(shown) if shown.isascii() else len(shown.encode())) + ENTRY_OVERHEAD
+                    if used > budget:
+                        self.truncated_reason = f"max_bytes ({self.lim.bytes} bytes of response)"
+                        break
+                    item = {"path": shown, "kind": kind, "depth": depth}
+                    if sizes and kind == "file":
+                        _add_size(entry, item)
+                    append(item)
+                if is_dir or (kind == "symlink" and follow):
+                    later.append((name, p, shown, kind))
+        finally:
+            self.used = used
+
+    def _descend(self, later: list, base: int, rel: str, depth: int, real_dir: str, scopes: tuple) -> None:
+        """Queue the directories found (and links to them, when followed), short of
+        the depth limit and of areas the policy does not let the walk read."""
+        conf = self.conf
+        rel_pre = rel + "/" if rel else ""
+        real_pre = real_dir.rstrip("/") + "/"
+        for name, p, shown, kind in later:
+            if name[0] == "." and self.prune_hidden:
+                continue
+            if depth >= self.lim.depth:
+                self.depth_cut = True
+                continue
+            real = real_pre + name
+            if kind == "symlink":
+                item = _follow(conf, real, p, shown, depth, scopes, self.seen, self.owned, self.problems)
+                if item is not None:
+                    self.queue.append(item)
+                continue
+            if real in self.ruled:
+                refusal = conf.rules.check_exact(real, "read")
+                if refusal is not None:
+                    self.problems.append({"path": shown, "message": f"not entered: {refusal.message}"})
+                    continue
+            self.queue.append((base, rel_pre + name, p, shown, depth + 1, real, scopes))
 
 
 def _kind(entry: os.DirEntry, shown_pre: str, problems: list[dict]) -> str | None:
@@ -266,10 +339,6 @@ _NON_UTF8 = (
     "the name is not valid UTF-8, so it is shown with \\xNN escapes and the file tools cannot address it; "
     "rename it with a command (for example mv) to use it"
 )
-
-
-def _join(parent: str, name: str) -> str:
-    return parent + name if parent.endswith("/") else f"{parent}/{name}"
 
 
 def _dir_error(exc: OSError) -> str:
@@ -306,63 +375,3 @@ def _follow(conf, real, raw, shown, depth, scopes, seen, owned, problems):  # no
         return None
     owned.append(opened.fd)
     return (opened.fd, "", raw, shown, depth + 1, opened.path, scopes)
-
-
-def _ancestor_scopes(conf: Confinement, path: str) -> tuple[ignore.Scope, ...]:
-    """Ignore files above the walked directory, up to the repository top (the
-    nearest directory holding ``.git``), as git applies them; lowest precedence
-    first."""
-    root = conf.root_for(path)
-    rel = root.rel(path)
-    parts = rel.split("/") if rel else []
-    chain = [root.join("/".join(parts[:i])) for i in range(len(parts) + 1)]  # root .. path
-    root.close()
-    opened: list[tuple[int, int]] = []  # (index in chain, fd), nearest first
-    try:
-        top = None
-        for i in range(len(chain) - 1, -1, -1):
-            try:
-                fd = conf.open(chain[i], os.O_RDONLY | O_DIR, need="read", follow_last=True, action="walk").fd
-            except FsError:
-                break
-            opened.append((i, fd))
-            try:
-                os.stat(".git", dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                continue
-            top = i
-            break
-        if top is None:
-            return ()
-        scopes: list[ignore.Scope] = []
-        for i, fd in reversed(opened):
-            below = "/".join(parts[i:])
-            pre = below + "/" if below else ""
-            if i == top:
-                spec = _load_below(fd, (".git", "info"), "exclude", _join(chain[i], ".git/info/exclude"))
-                if spec is not None:
-                    scopes.append(ignore.Scope(0, pre, spec))
-            if i < len(chain) - 1:  # the walked directory's own file is read by the walk
-                spec = ignore.load_at(fd, ".gitignore", _join(chain[i], ".gitignore"))
-                if spec is not None:
-                    scopes.append(ignore.Scope(0, pre, spec))
-        return tuple(scopes)
-    finally:
-        for _, fd in opened:
-            os.close(fd)
-
-
-def _load_below(fd: int, dirs: tuple[str, ...], name: str, shown: str):  # noqa: ANN202
-    """An ignore file some directories below ``fd``, each opened without following links."""
-    held: list[int] = []
-    try:
-        cur = fd
-        for d in dirs:
-            cur = os.open(d, os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC, dir_fd=cur)
-            held.append(cur)
-        return ignore.load_at(cur, name, shown)
-    except OSError:
-        return None
-    finally:
-        for h in held:
-            os.close(h)

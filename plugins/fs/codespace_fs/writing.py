@@ -1,4 +1,4 @@
-"""Writes and directory creation, through the parent directory's fd.
+"""File writes, through the parent directory's fd.
 
 A write never modifies a file in place: the new content goes to an unnamed file
 in the same directory (``O_TMPFILE``; a named hidden one where the file system
@@ -10,6 +10,7 @@ at the leaf is refused (``write_bytes(follow_symlink=True)`` resolves it first,
 inside the root, and writes the target the same way).
 
 The one exception is ``write_in_place``, for a caller that journals (apply_patch).
+Directory creation is :mod:`.directories`; deferred flushes are :mod:`.syncing`.
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ import os
 import secrets
 import stat
 
-from codespace.contract import FsError, MakeDirRequest, MakeDirResult, WriteFileRequest, WriteFileResult
+from codespace.contract import FsError, WriteFileRequest, WriteFileResult
 
 from . import errors, kernel
+from .directories import ensure_parent
+from .directories import make_dir  # noqa: F401 - the backend calls it as writing.make_dir
+from .names import lstat_at, readlink_at
 from .reading import CHUNK, kind_of, open_regular_at
-from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, O_PATH, Confinement, Opened
+from .resolve import O_CLOEXEC, O_NOFOLLOW, O_PATH, Confinement
+from .syncing import fsync_quietly, pending_sync
 
 TMP_SUFFIX = ".codespace-tmp"
-_DIR_FLAGS = os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC
 
 
 def decode_content(request: WriteFileRequest) -> bytes:
@@ -144,47 +148,14 @@ def _replace(
     dirfd: int, name: str, path: str, data: bytes, expected: str | None, must_not_exist: bool,
     durable: bool = True, report_previous: bool = True,
 ) -> WriteFileResult:
-    before = lstat_at(dirfd, name, path)
-    previous = None
-    if before is not None:
-        kind = kind_of(before.st_mode)
-        if kind == "symlink":
-            raise errors.leaf_link(path, _readlink_at(dirfd, name), "write")
-        if kind != "file":
-            raise errors.not_regular(path, kind, "write")
-        if must_not_exist:
-            raise FsError(
-                f"cannot write {path}: it already exists and must_not_exist=true. To proceed: read it first, then "
-                "write with expected_sha256, or choose another name.", path=path, errno=errno.EEXIST,
-            )
-        if report_previous or expected is not None:
-            previous = _hash_at(dirfd, name, path)
-    if expected is not None:
-        _check_expected(path, expected, previous)
-
+    before, previous = _existing(dirfd, name, path, expected, must_not_exist, report_previous)
     mode = stat.S_IMODE(before.st_mode) if before is not None else 0o666
     fd, tmp = _open_temp(dirfd, mode, path)
     try:
         try:
-            _write_all(fd, data)
-            if before is not None:
-                # O_CREAT applied the umask; an existing file keeps its exact mode
-                # (and owner, when we are allowed to set it).
-                os.fchmod(fd, mode)
-                if (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
-                    try:
-                        os.fchown(fd, before.st_uid, before.st_gid)
-                    except PermissionError:
-                        pass
-            if durable:
-                os.fsync(fd)
+            _fill(fd, data, before, mode, durable)
             if expected is not None:
-                # Narrow the window between the hash check and the rename: if the file
-                # changed meanwhile, hash it again.
-                now = lstat_at(dirfd, name, path)
-                if not _same_version(before, now):
-                    current = _hash_at(dirfd, name, path) if now is not None and stat.S_ISREG(now.st_mode) else None
-                    _check_expected(path, expected, current)
+                _recheck(dirfd, name, path, expected, before)
             if tmp is None:
                 # Unnamed until complete: a kill before this point leaves nothing behind.
                 if must_not_exist or before is None:
@@ -214,7 +185,7 @@ def _replace(
             raise errors.os_error(exc, path, "write") from exc
         raise
     if durable:
-        _fsync_quietly(dirfd)
+        fsync_quietly(dirfd)
     else:
         pending_sync.add(os.fstat(dirfd).st_dev, dirfd)
     return WriteFileResult(
@@ -223,40 +194,53 @@ def _replace(
     )
 
 
-class _PendingSync:
-    """Devices written to without a flush, each with one directory to syncfs() through."""
+def _existing(
+    dirfd: int, name: str, path: str, expected: str | None, must_not_exist: bool, report_previous: bool,
+) -> tuple[os.stat_result | None, str | None]:
+    """What the write is to replace, checked: its lstat (None when absent) and, when
+    asked for, its SHA-256."""
+    before = lstat_at(dirfd, name, path)
+    previous = None
+    if before is not None:
+        kind = kind_of(before.st_mode)
+        if kind == "symlink":
+            raise errors.leaf_link(path, readlink_at(dirfd, name), "write")
+        if kind != "file":
+            raise errors.not_regular(path, kind, "write")
+        if must_not_exist:
+            raise FsError(
+                f"cannot write {path}: it already exists and must_not_exist=true. To proceed: read it first, then "
+                "write with expected_sha256, or choose another name.", path=path, errno=errno.EEXIST,
+            )
+        if report_previous or expected is not None:
+            previous = _hash_at(dirfd, name, path)
+    if expected is not None:
+        _check_expected(path, expected, previous)
+    return before, previous
 
-    def __init__(self) -> None:
-        self._dirs: dict[int, str] = {}
 
-    def add(self, device: int, fd: int) -> None:
-        """``fd``: a directory written in, or a file written (its directory is kept)."""
-        if device not in self._dirs:
-            where = os.readlink(f"/proc/self/fd/{fd}")
-            self._dirs[device] = where if stat.S_ISDIR(os.fstat(fd).st_mode) else os.path.dirname(where)
-
-    def flush(self) -> None:
-        dirs, self._dirs = self._dirs, {}
-        for directory in dirs.values():
+def _fill(fd: int, data: bytes, before: os.stat_result | None, mode: int, durable: bool) -> None:
+    _write_all(fd, data)
+    if before is not None:
+        # O_CREAT applied the umask; an existing file keeps its exact mode
+        # (and owner, when we are allowed to set it).
+        os.fchmod(fd, mode)
+        if (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
             try:
-                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | O_CLOEXEC)
-            except OSError:
-                os.sync()  # the directory went away: flush everything instead
-                continue
-            try:
-                kernel.syncfs(fd)
-            finally:
-                os.close(fd)
+                os.fchown(fd, before.st_uid, before.st_gid)
+            except PermissionError:
+                pass
+    if durable:
+        os.fsync(fd)
 
 
-pending_sync = _PendingSync()
-
-
-def _fsync_quietly(dirfd: int) -> None:
-    try:
-        os.fsync(dirfd)
-    except OSError:  # pragma: no cover - some file systems refuse directory fsync
-        pass
+def _recheck(dirfd: int, name: str, path: str, expected: str, before: os.stat_result | None) -> None:
+    # Narrow the window between the hash check and the rename: if the file
+    # changed meanwhile, hash it again.
+    now = lstat_at(dirfd, name, path)
+    if not _same_version(before, now):
+        current = _hash_at(dirfd, name, path) if now is not None and stat.S_ISREG(now.st_mode) else None
+        _check_expected(path, expected, current)
 
 
 def _check_expected(path: str, expected: str, current: str | None) -> None:
@@ -349,23 +333,6 @@ def _hash_at(dirfd: int, name: str, path: str) -> str:
         os.close(fd)
 
 
-def lstat_at(dirfd: int, name: str, path: str, action: str = "inspect") -> os.stat_result | None:
-    """``name`` in ``dirfd`` without following it; None when it does not exist."""
-    try:
-        return os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise errors.os_error(exc, path, action) from exc
-
-
-def _readlink_at(dirfd: int, name: str) -> str | None:
-    try:
-        return os.readlink(name, dir_fd=dirfd)
-    except OSError:
-        return None
-
-
 def _follow_leaf(conf: Confinement, path: str) -> str:
     """The path a leaf link leads to (inside the root, re-checked for writing), or
     ``path`` itself when it is no link or does not exist yet."""
@@ -377,120 +344,3 @@ def _follow_leaf(conf: Confinement, path: str) -> str:
         raise
     os.close(opened.fd)
     return opened.path
-
-
-def _dirname(path: str) -> str:
-    head = path.rsplit("/", 1)[0]
-    return head or "/"
-
-
-def _join(parent: str, name: str) -> str:
-    return parent + name if parent.endswith("/") else f"{parent}/{name}"
-
-
-def _check(conf: Confinement, target: str, shown: str) -> None:
-    refusal = conf.rules.check_exact(target, "write")
-    if refusal is not None:
-        raise errors.refused(
-            f"{shown} leads to {target}: {refusal.message}" if target != shown else refusal.message,
-            path=shown, rule=refusal.rule, hint="write somewhere the policy makes writable (see workspace_info)",
-        )
-
-
-def ensure_parent(conf: Confinement, path: str, action: str) -> tuple[Opened, str]:
-    """The parent directory of ``path`` (created as needed) and the leaf's name; when the
-    parent was reached through a link, the leaf is re-checked where it really is."""
-    parent = ensure_dir(conf, _dirname(path), action)
-    name = path.rsplit("/", 1)[1]
-    if parent.followed:
-        try:
-            _check(conf, _join(parent.path, name), path)
-        except FsError:
-            os.close(parent.fd)
-            raise
-    return parent, name
-
-
-def ensure_dir(conf: Confinement, path: str, action: str) -> Opened:
-    """An ``O_RDONLY|O_DIRECTORY`` fd of directory ``path``, creating what is missing,
-    one ``mkdirat`` at a time under the fd of the level above."""
-    try:
-        return conf.open(path, os.O_RDONLY | O_DIR, need="write", follow_last=True, action=action)
-    except FsError as exc:
-        if exc.errno != errno.ENOENT:
-            raise
-    parent_path = _dirname(path)
-    if parent_path == path:  # pragma: no cover - "/" always exists
-        raise FsError(f"cannot create {path}: no existing ancestor", path=path, errno=errno.ENOENT)
-    parent = ensure_dir(conf, parent_path, action)
-    try:
-        name = path.rsplit("/", 1)[1]
-        target = _join(parent.path, name)
-        _check(conf, target, path)
-        try:
-            os.mkdir(name, 0o777, dir_fd=parent.fd)
-            # The file about to be written is fsync'ed in this new directory; the
-            # directory's own entry must be durable too.
-            _fsync_quietly(parent.fd)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise errors.os_error(exc, path, "create the directory") from exc
-        try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=parent.fd)
-        except OSError as exc:
-            # Created, then swapped for a link or a file before we opened it.
-            raise errors.os_error(exc, path, "create the directory") from exc
-        return Opened(fd, target, parent.followed)
-    finally:
-        os.close(parent.fd)
-
-
-def make_dir(conf: Confinement, request: MakeDirRequest) -> MakeDirResult:
-    path = request.path
-    root = conf.root_for(path)
-    try:
-        is_root = not root.rel(path)
-    finally:
-        root.close()
-    if is_root:
-        if not request.exist_ok:
-            raise FsError(f"cannot create {path}: it exists (it is the root). To proceed: pass exist_ok=true.",
-                          path=path, errno=errno.EEXIST)
-        return MakeDirResult(path=path, created=False)
-    if request.parents:
-        parent, name = ensure_parent(conf, path, "create the directory")
-    else:
-        try:
-            parent, name = conf.open_parent(path, need="write", action="create the directory")
-        except FsError as exc:
-            if exc.errno == errno.ENOENT:
-                raise FsError(
-                    f"cannot create {path}: its parent directory does not exist. To proceed: pass parents=true.",
-                    path=path, errno=errno.ENOENT,
-                ) from None
-            raise
-    try:
-        try:
-            os.mkdir(name, 0o777, dir_fd=parent.fd)
-            return MakeDirResult(path=path, created=True)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise errors.os_error(exc, path, "create the directory") from exc
-        st = lstat_at(parent.fd, name, path)
-        kind = kind_of(st.st_mode) if st is not None else "file"
-        if kind != "directory":
-            what = "a symbolic link" if kind == "symlink" else f"a {kind.replace('_', ' ')}"
-            raise FsError(
-                f"cannot create the directory {path}: {what} of that name exists. To proceed: choose another name "
-                "or remove it first.", path=path, errno=errno.EEXIST, details={"kind": kind},
-            )
-        if not request.exist_ok:
-            raise FsError(
-                f"cannot create {path}: the directory already exists. To proceed: pass exist_ok=true, or use it.",
-                path=path, errno=errno.EEXIST,
-            )
-        return MakeDirResult(path=path, created=False)
-    finally:
-        os.close(parent.fd)

@@ -1,0 +1,134 @@
+"""Directory creation, one ``mkdirat`` at a time beneath the fd of the level above.
+
+``ensure_dir`` and ``ensure_parent`` serve writes that create their parents;
+``make_dir`` is the tool. A directory reached through a link is re-checked
+against the policy where it really is before anything is created in it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from codespace.contract import FsError, MakeDirRequest, MakeDirResult
+
+from . import errors
+from .names import join, lstat_at
+from .reading import kind_of
+from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, Confinement, Opened
+from .syncing import fsync_quietly
+
+_DIR_FLAGS = os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC
+
+
+def _dirname(path: str) -> str:
+    head = path.rsplit("/", 1)[0]
+    return head or "/"
+
+
+def _check(conf: Confinement, target: str, shown: str) -> None:
+    refusal = conf.rules.check_exact(target, "write")
+    if refusal is not None:
+        raise errors.refused(
+            f"{shown} leads to {target}: {refusal.message}" if target != shown else refusal.message,
+            path=shown, rule=refusal.rule, hint="write somewhere the policy makes writable (see workspace_info)",
+        )
+
+
+def ensure_parent(conf: Confinement, path: str, action: str) -> tuple[Opened, str]:
+    """The parent directory of ``path`` (created as needed) and the leaf's name; when the
+    parent was reached through a link, the leaf is re-checked where it really is."""
+    parent = ensure_dir(conf, _dirname(path), action)
+    name = path.rsplit("/", 1)[1]
+    if parent.followed:
+        try:
+            _check(conf, join(parent.path, name), path)
+        except FsError:
+            os.close(parent.fd)
+            raise
+    return parent, name
+
+
+def ensure_dir(conf: Confinement, path: str, action: str) -> Opened:
+    """An ``O_RDONLY|O_DIRECTORY`` fd of directory ``path``, creating what is missing,
+    one ``mkdirat`` at a time under the fd of the level above."""
+    try:
+        return conf.open(path, os.O_RDONLY | O_DIR, need="write", follow_last=True, action=action)
+    except FsError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
+    parent_path = _dirname(path)
+    if parent_path == path:  # pragma: no cover - "/" always exists
+        raise FsError(f"cannot create {path}: no existing ancestor", path=path, errno=errno.ENOENT)
+    parent = ensure_dir(conf, parent_path, action)
+    try:
+        name = path.rsplit("/", 1)[1]
+        target = join(parent.path, name)
+        _check(conf, target, path)
+        try:
+            os.mkdir(name, 0o777, dir_fd=parent.fd)
+            # The file about to be written is fsync'ed in this new directory; the
+            # directory's own entry must be durable too.
+            fsync_quietly(parent.fd)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise errors.os_error(exc, path, "create the directory") from exc
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent.fd)
+        except OSError as exc:
+            # Created, then swapped for a link or a file before we opened it.
+            raise errors.os_error(exc, path, "create the directory") from exc
+        return Opened(fd, target, parent.followed)
+    finally:
+        os.close(parent.fd)
+
+
+def make_dir(conf: Confinement, request: MakeDirRequest) -> MakeDirResult:
+    path = request.path
+    root = conf.root_for(path)
+    try:
+        is_root = not root.rel(path)
+    finally:
+        root.close()
+    if is_root:
+        if not request.exist_ok:
+            raise FsError(f"cannot create {path}: it exists (it is the root). To proceed: pass exist_ok=true.",
+                          path=path, errno=errno.EEXIST)
+        return MakeDirResult(path=path, created=False)
+    if request.parents:
+        parent, name = ensure_parent(conf, path, "create the directory")
+    else:
+        try:
+            parent, name = conf.open_parent(path, need="write", action="create the directory")
+        except FsError as exc:
+            if exc.errno == errno.ENOENT:
+                raise FsError(
+                    f"cannot create {path}: its parent directory does not exist. To proceed: pass parents=true.",
+                    path=path, errno=errno.ENOENT,
+                ) from None
+            raise
+    try:
+        try:
+            os.mkdir(name, 0o777, dir_fd=parent.fd)
+            return MakeDirResult(path=path, created=True)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise errors.os_error(exc, path, "create the directory") from exc
+        st = lstat_at(parent.fd, name, path)
+        kind = kind_of(st.st_mode) if st is not None else "file"
+        if kind != "directory":
+            what = "a symbolic link" if kind == "symlink" else f"a {kind.replace('_', ' ')}"
+            raise FsError(
+                f"cannot create the directory {path}: {what} of that name exists. To proceed: choose another name "
+                "or remove it first.", path=path, errno=errno.EEXIST, details={"kind": kind},
+            )
+        if not request.exist_ok:
+            raise FsError(
+                f"cannot create {path}: the directory already exists. To proceed: pass exist_ok=true, or use it.",
+                path=path, errno=errno.EEXIST,
+            )
+        return MakeDirResult(path=path, created=False)
+    finally:
+        os.close(parent.fd)
