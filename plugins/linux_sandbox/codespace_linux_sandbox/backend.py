@@ -1,8 +1,8 @@
 """The Sandbox backend (server side): choose an engine, build handshake v1, start the helper.
 
-Everything that can be done once is done here, in the server, and cached: the engine
-probes, the ``/proc`` preflight (upstream repeats it on every run), the seccomp programs
-(one per mode) and the interpreter path. Per command it validates a small pydantic model
+Everything that can be done once is done in the server, and cached: the engine probes and
+the ``/proc`` preflight (:mod:`.engine_choice`; upstream repeats it on every run), the
+seccomp programs (one per mode) and the interpreter path. Per command it validates a small pydantic model
 and then either
 
 - ``launch`` (pipe sessions, the fast path): hands the handshake, the BPF program and the
@@ -21,7 +21,6 @@ import logging
 import os
 import shutil
 import stat
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,10 +29,16 @@ from typing import Any
 
 import anyio
 
-from codespace import kernel
 from codespace.contract import CommandSpec, FsError, SandboxInfo, SandboxLayout, ToolError
 
 from . import placeholders, run_as, seccomp
+from .engine_choice import (  # noqa: F401 - plugin.py and the tests import them from here
+    EngineChoice,
+    choose_engine,
+    landlock_abi,
+    may_make_pid_namespaces,
+    probe_bwrap,
+)
 from .launcher import Launched, Zygote, ZygoteUnavailable, helper_environment, spawn_helper
 from .limits import cannot_enforce
 from .protected_scan import ProtectedScan
@@ -42,8 +47,6 @@ from .protocol import Command, Handshake, Options, Policy, ProxyRoute
 log = logging.getLogger(__name__)
 
 HELPER_SCRIPT = str(Path(__file__).with_name("__main__.py").resolve())
-_PROC_FAILURE = ("Can't mount proc", "/newroot/proc")
-CAP_SYS_ADMIN = 21
 
 
 @cache
@@ -93,86 +96,6 @@ def proxy_environment(port: int) -> dict[str, str]:
     env = {name: http for name in _PROXY_VARIABLES}
     env.update(ALL_PROXY=socks, NO_PROXY=NO_PROXY)
     return {**env, **{name.lower(): value for name, value in env.items()}}
-
-
-@dataclass(frozen=True)
-class BwrapProbe:
-    path: str | None
-    ok: bool
-    mount_proc: bool
-    detail: str
-
-
-def may_make_pid_namespaces() -> bool:
-    """Whether helpers (this process's credentials) hold CAP_SYS_ADMIN, which ``unshare(CLONE_NEWPID)``
-    needs: then bwrap runs as PID 1 of the helper's own namespace (see :mod:`.supervise`)."""
-    try:
-        with open("/proc/self/status") as f:
-            caps = next(line for line in f if line.startswith("CapEff:"))
-    except (OSError, StopIteration):
-        return False
-    return bool(int(caps.split()[1], 16) >> CAP_SYS_ADMIN & 1)
-
-
-@cache
-def probe_bwrap() -> BwrapProbe:
-    """bubblewrap with the namespaces the engine uses, once per server (upstream's /proc
-    preflight, cached): if mounting proc fails, retry without ``--proc``."""
-    path = shutil.which("bwrap")
-    if path is None:
-        return BwrapProbe(None, False, False, "bwrap not found on PATH (apt-get install bubblewrap)")
-    base = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-user", "--unshare-pid", "--unshare-ipc",
-            "--unshare-net", "--cap-drop", "ALL"]
-    true = shutil.which("true") or "/bin/true"
-    for mount_proc in (True, False):
-        argv = [*base, *(["--proc", "/proc"] if mount_proc else []), "--", true]
-        try:
-            run = subprocess.run(argv, capture_output=True, timeout=20, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return BwrapProbe(path, False, False, f"{path} cannot run: {exc}")
-        if run.returncode == 0:
-            note = "" if mount_proc else " (without a fresh /proc: mounting proc failed here)"
-            return BwrapProbe(path, True, mount_proc, f"{path} works with user, pid, ipc and net namespaces{note}")
-        err = run.stderr.decode(errors="replace").strip()
-        if not (mount_proc and all(marker in err for marker in _PROC_FAILURE)):
-            return BwrapProbe(path, False, False, f"{path} cannot create the sandbox: {err[:300]}")
-    return BwrapProbe(path, False, False, f"{path} cannot create the sandbox")  # pragma: no cover
-
-
-@cache
-def landlock_abi() -> int | None:
-    probe = kernel.landlock_abi()
-    return probe.value if probe.ok else None
-
-
-@dataclass(frozen=True)
-class EngineChoice:
-    engine: str
-    available: bool
-    detail: str
-    mount_proc: bool = True
-    bwrap: str | None = None
-
-
-def choose_engine(preference: str) -> EngineChoice:
-    problem = seccomp.available()
-    bwrap = probe_bwrap() if preference in ("auto", "bubblewrap") else None
-    abi = landlock_abi()
-    if bwrap is not None and bwrap.ok:
-        choice = EngineChoice("bubblewrap", True, bwrap.detail, bwrap.mount_proc, bwrap.path)
-    elif preference in ("auto", "landlock") and abi is not None:
-        why = f"; bubblewrap unusable: {bwrap.detail}" if bwrap is not None else ""
-        choice = EngineChoice("landlock", True, f"Landlock ABI {abi} with seccomp and no_new_privs{why}")
-    elif preference == "landlock":
-        choice = EngineChoice("landlock", False, "the kernel offers no Landlock (needs Linux >= 5.13 with lsm=landlock)")
-    else:
-        detail = bwrap.detail if bwrap is not None else "bubblewrap not probed"
-        if preference == "auto":
-            detail += "; and the kernel offers no Landlock"
-        choice = EngineChoice("bubblewrap", False, detail)
-    if choice.available and problem is not None:
-        return EngineChoice(choice.engine, False, f"seccomp filters cannot be built: {problem}")
-    return choice
 
 
 def unix_socket_map(listed: tuple[str, ...]) -> dict[str, str]:

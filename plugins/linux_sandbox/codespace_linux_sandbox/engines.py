@@ -9,17 +9,17 @@ Four processes take part in a sandboxed command:
   handshake, builds the sandbox, supervises the command and outlives it;
 - the **command's child**: the process that becomes the command, between fork and exec.
 
-==============  ===========================  ===================================  ====================================
-engine          server, once per server      per-command helper                   command's child, before exec
-==============  ===========================  ===================================  ====================================
-``bubblewrap``  ``backend:probe_bwrap``      ``bwrap_engine:run_in_helper``       bwrap itself (namespaces,
-                (user, pid, ipc and net      (mount plan, placeholders, proxy     mounts, ``--cap-drop``,
-                namespaces; can it mount     route, bwrap as PID 1 of the         ``--seccomp``); ``unix_shim``
-                ``/proc``)                   helper's namespace, signals)         when Unix sockets are listed
-``landlock``    ``backend:landlock_abi``     ``landlock_engine:run_in_helper``    ``landlock_child:confine_and_exec``
-                (the kernel's Landlock ABI)  (ruleset, private TMPDIR, fork,      (capabilities, no_new_privs,
-                                             subreaper, signals)                  Landlock, seccomp, exec)
-==============  ===========================  ===================================  ====================================
+==============  ==============================  ===================================  ====================================
+engine          server, once per server         per-command helper                   command's child, before exec
+==============  ==============================  ===================================  ====================================
+``bubblewrap``  ``engine_choice:probe_bwrap``   ``bwrap_engine:run_in_helper``       bwrap itself (namespaces,
+                (user, pid, ipc and net         (mount plan, placeholders, proxy     mounts, ``--cap-drop``,
+                namespaces; can it mount        route, bwrap as PID 1 of the         ``--seccomp``); ``unix_shim``
+                ``/proc``)                      helper's namespace, signals)         when Unix sockets are listed
+``landlock``    ``engine_choice:landlock_abi``  ``landlock_engine:run_in_helper``    ``landlock_child:confine_and_exec``
+                (the kernel's Landlock ABI)     (ruleset, private TMPDIR, fork,      (capabilities, no_new_privs,
+                                                subreaper, signals)                  Landlock, seccomp, exec)
+==============  ==============================  ===================================  ====================================
 
 Per command the server also shapes the handshake by engine (:meth:`.backend.LinuxSandbox.handshake`):
 with Landlock there is no network namespace, so network 'proxy' becomes TCP to the proxy's
@@ -48,8 +48,8 @@ class Engine:
 
 ENGINES = {
     "bubblewrap": Engine(
-        "bubblewrap", server="backend:probe_bwrap", helper="bwrap_engine:run_in_helper", child="unix_shim"),
+        "bubblewrap", server="engine_choice:probe_bwrap", helper="bwrap_engine:run_in_helper", child="unix_shim"),
     "landlock": Engine(
-        "landlock", server="backend:landlock_abi", helper="landlock_engine:run_in_helper",
+        "landlock", server="engine_choice:landlock_abi", helper="landlock_engine:run_in_helper",
         child="landlock_child:confine_and_exec"),
 }
