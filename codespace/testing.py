@@ -13,6 +13,7 @@ shared (README "Testing a plugin")::
     def enabled_plugins():
         return ("hello",)
 
+    @pytest.mark.anyio
     async def test_hello(mcp_client):
         async with mcp_client() as client:
             assert (await call_ok(client, "hello", {"name": "you"}))["greeting"] == "hello you"
