@@ -162,7 +162,7 @@ class _Walk:
                 size = self._plain_size(found, shown_pre)
                 if size is not None:
                     self.used += size
-                    self._list_plain(found, pre, depth, later)
+                    self._list_plain(found, pre, shown_pre, depth, later)
                 else:
                     self._list_filtered(found, pre, shown_pre, depth, scopes, later)
             finally:
@@ -210,31 +210,34 @@ class _Walk:
             return size
         return None
 
-    def _list_plain(self, found: list[os.DirEntry], pre: str, depth: int, later: list) -> None:
+    def _list_plain(self, found: list[os.DirEntry], pre: str, shown_pre: str, depth: int, later: list) -> None:
         """The common case, kept tight: no filters, every name printable, the whole
-        directory within the limits."""
+        directory within the limits. The names here are printable; the directory's own
+        path may not be (``shown_pre`` is its escaped form)."""
         append = self.entries.append
         problems = self.problems
         sizes = self.sizes
         follow = self.follow
+        same = pre == shown_pre
         for entry in found:
             name = entry.name
             p = pre + name
+            shown = p if same else shown_pre + name
             if entry.is_dir(follow_symlinks=False):
-                append({"path": p, "kind": "directory", "depth": depth})
-                later.append((name, p, p, "directory"))
+                append({"path": shown, "kind": "directory", "depth": depth})
+                later.append((name, p, shown, "directory"))
                 continue
             if entry.is_file(follow_symlinks=False):
-                item = {"path": p, "kind": "file", "depth": depth}
+                item = {"path": shown, "kind": "file", "depth": depth}
                 if sizes:
                     _add_size(entry, item)
                 append(item)
                 continue
-            kind = _kind(entry, pre, problems)
+            kind = _kind(entry, shown_pre, problems)
             if kind is not None:
-                append({"path": p, "kind": kind, "depth": depth})
+                append({"path": shown, "kind": kind, "depth": depth})
                 if kind == "symlink" and follow:
-                    later.append((name, p, p, kind))
+                    later.append((name, p, shown, kind))
 
     def _list_filtered(  # noqa: C901, PLR0912
         self, found: list[os.DirEntry], pre: str, shown_pre: str, depth: int, scopes: tuple, later: list,

@@ -220,3 +220,15 @@ async def test_invalid_glob_is_a_clear_error(make_app, ws, mode):
     async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "walk", {"include": ["a\\"]})
     assert error["code"] == "invalid_pattern" and "include" in error["message"] and "'*.py'" in error["message"]
+
+
+async def test_entries_below_an_undecodable_directory_name_are_shown_escaped(make_app, ws, mode):
+    """The names inside are plain, so the walk lists that directory by its fast path; the
+    directory's own name still has to reach the agent escaped, as everywhere else."""
+    os.mkdir(os.path.join(os.fsencode(ws), b"bad\xffname"))
+    with open(os.path.join(os.fsencode(ws), b"bad\xffname", b"inner.txt"), "w") as f:
+        f.write("x")
+    async with connect(make_app(), mode=mode) as client:
+        result = await call_ok(client, "walk", {"path": "."})
+    assert "bad\\xffname" in paths(result) and "bad\\xffname/inner.txt" in paths(result), paths(result)
+    assert not [p for p in paths(result) if "\udcff" in p]
