@@ -32,6 +32,7 @@ import anyio
 from codespace.contract import CommandSpec, FsError, SandboxInfo, SandboxLayout, ToolError
 
 from . import placeholders, run_as, seccomp
+from .engines import ENGINES
 from .engine_choice import (  # noqa: F401 - plugin.py and the tests import them from here
     EngineChoice,
     choose_engine,
@@ -141,7 +142,9 @@ class LinuxSandbox:
     preference: str
     state_dir: Path
     proxy: Any = None
-    """The workspace's :class:`.proxy.ProxyService` when network access is 'allowlist' and it runs."""
+    """The workspace's :class:`.proxy.ProxyService` once :meth:`egress_proxy` made it."""
+    network: Any = None
+    """The workspace's ``[network]`` policy section: the allowlist its egress proxy enforces."""
     zygote: Zygote = field(default=ZYGOTE)
     root: Path | None = None
     """The workspace root: its owner decides who commands run as when the server is root."""
@@ -157,7 +160,19 @@ class LinuxSandbox:
         sandbox = workspace.policy.sandbox
         return cls(preference=sandbox.engine, state_dir=workspace.state_dir, root=Path(workspace.root),
                    run_as_uid=sandbox.run_as_uid, run_as_gid=sandbox.run_as_gid,
-                   allow_unix_sockets=tuple(workspace.policy.network.allow_unix_sockets))
+                   allow_unix_sockets=tuple(workspace.policy.network.allow_unix_sockets),
+                   network=workspace.policy.network)
+
+    def egress_proxy(self, audit: Any) -> Any:
+        """This workspace's egress proxy (network access 'allowlist'), made once; its decisions go
+        to ``audit`` (:class:`codespace.contract.NetworkAudit`). Run it as a service."""
+        if self.proxy is None:
+            from .proxy import ProxyService
+            from .proxy.service import rules_from_policy
+
+            self.proxy = ProxyService(rules_from_policy(self.network), audit, self.state_dir,
+                                      udp=self.network.enable_socks5_udp)
+        return self.proxy
 
     def run_as(self):
         """The command's host ids (:class:`.protocol.RunAs`), or None when the server is not root."""
@@ -183,6 +198,7 @@ class LinuxSandbox:
                             *run_as.cannot_enforce(self.run_as(), self.root, choice.engine)]
             if choice.available else [],
             detail=detail,
+            engines=sorted(ENGINES),
         )
 
     def command_ended(self) -> None:

@@ -34,7 +34,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 
-from codespace.fdio import wait_exit
+from codespace.contract import wait_exit
 
 from .core_hardening import ENV as HARDENING_ENV
 from .zygote import READY, REQUEST, REQUEST_USERNS

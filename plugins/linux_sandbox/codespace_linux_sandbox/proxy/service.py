@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from codespace.store import NetworkEvent
+from codespace.contract import NetworkEvent
 
 from ..proxy_route import HEADER
 from . import sockets
