@@ -16,7 +16,7 @@ from codespace_linux_sandbox.backend import LinuxSandbox, choose_engine, interpr
 
 from codespace.contract import CommandSpec
 from codespace.sandboxing import layout_for
-from codespace.testing import anyio_backend, mode  # noqa: F401 - fixtures
+from codespace.testing import open_workspace
 from codespace.workspace import Workspace
 
 TESTS = Path(__file__).parent
@@ -53,6 +53,17 @@ def base() -> Path:
     path = Path(tempfile.mkdtemp(prefix="codespace-sandbox-test-", dir=_base_dir()))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+# ws, state, make_app, ... come from codespace.testing, a pytest plugin; here they live in base.
+@pytest.fixture
+def workspace_parent(base: Path) -> Path:
+    return base
+
+
+@pytest.fixture
+def enabled_plugins() -> tuple[str, ...]:
+    return ("linux_sandbox",)
 
 
 class Launch:
@@ -199,9 +210,7 @@ def make_env(base: Path, engine: str, policy: str = WORKSPACE_WRITE, start: str 
     (ws / "sub").mkdir(exist_ok=True)
     (base / "outside").mkdir(exist_ok=True)
     (base / "home").mkdir(exist_ok=True)
-    policy_path = base / "policy.toml"
-    policy_path.write_text(policy + f'\n[sandbox]\nengine = "{engine}"\n')
-    workspace = Workspace.open(ws, policy_path=policy_path, state_dir=base / "state")
+    workspace = open_workspace(ws, state_dir=base / "state", policy=policy + f'\n[sandbox]\nengine = "{engine}"\n')
     workspace.ensure_state_dir()
     return Env(base, ws, base / "outside", workspace, LinuxSandbox.for_workspace(workspace), start)
 

@@ -187,13 +187,10 @@ def test_a_workspace_without_idmapped_mounts_is_named_and_refused(ramfs, engine,
     assert not (env.ws / "sub" / "ran").exists()
 
 
-def test_doctor_and_workspace_info_name_the_commands_identity(base, engine):
+def test_doctor_and_workspace_info_name_the_commands_identity(make_app, base, engine):
     from codespace.doctor import run_checks
-    from codespace.testing import build_app
 
-    ws = base / "ws"
-    ws.mkdir()
-    app = build_app(ws, state_dir=base / "state", policy=f'[sandbox]\nengine = "{engine}"\n', plugins=("linux_sandbox",))
+    app = make_app(f'[sandbox]\nengine = "{engine}"\n')
     check = {c.name: c for c in run_checks(app)}["sandbox command identity"]
     assert check.ok and "uid 65534" in check.detail and "never host root" in check.detail, check
     (base / "other").mkdir()

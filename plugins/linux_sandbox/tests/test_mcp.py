@@ -23,14 +23,11 @@ HAS_PTY = importlib.util.find_spec("codespace_pty") is not None
 
 
 @pytest.fixture
-def app_for(base: Path, engine: str):
-    def make(policy: str = "", plugins: tuple[str, ...] = ("linux_sandbox",), ws: Path | None = None):
-        root = ws or base / "ws"
-        root.mkdir(exist_ok=True)
-        (root / ".git").mkdir(exist_ok=True)
-        (root / "sub").mkdir(exist_ok=True)  # Landlock: new entries directly in the root are refused
-        return build_app(root, state_dir=base / "state", policy=policy + f'\n[sandbox]\nengine = "{engine}"\n',
-                         plugins=plugins)
+def app_for(make_app, ws: Path, engine: str):
+    def make(policy: str = "", plugins: tuple[str, ...] = ("linux_sandbox",)):
+        (ws / ".git").mkdir(exist_ok=True)
+        (ws / "sub").mkdir(exist_ok=True)  # Landlock: new entries directly in the root are refused
+        return make_app(policy + f'\n[sandbox]\nengine = "{engine}"\n', plugins=plugins)
 
     return make
 
@@ -166,18 +163,16 @@ def test_doctor_reports_the_engine(app_for, engine):
     assert checks["sandbox cannot enforce"].detail
 
 
-async def test_required_mode_refuses_when_no_engine_works(base, mode, monkeypatch):
+async def test_required_mode_refuses_when_no_engine_works(make_app, mode, monkeypatch):
     from codespace_linux_sandbox import backend
 
     monkeypatch.setattr(backend, "choose_engine", lambda preference: backend.EngineChoice(
         "bubblewrap", False, "bwrap not found on PATH (apt-get install bubblewrap)"))
-    (base / "ws").mkdir()
-    app = build_app(base / "ws", state_dir=base / "state", policy='[sandbox]\nmode = "required"\n',
-                    plugins=("linux_sandbox",))
+    app = make_app('[sandbox]\nmode = "required"\n')
     async with connect(app, mode=mode) as client:
         refused = await call_error(client, "exec", {"command": ["true"]})
         assert refused["rule"] == "sandbox.mode" and "bwrap not found" in refused["message"]
-    auto = build_app(base / "ws", state_dir=base / "state", plugins=("linux_sandbox",))
+    auto = make_app()
     async with connect(auto, mode=mode) as client:
         out = await call_ok(client, "exec", {"command": ["true"]})
         assert out["sandboxed"] is False and "bwrap not found" in out["note"]
@@ -190,11 +185,9 @@ async def test_command_not_found_like_unsandboxed(app_for, mode, engine):
 
 
 @pytest.mark.skipif(not HAS_PTY, reason="codespace-pty is not installed (tty sessions need it)")
-async def test_tty_session_in_the_sandbox(base, engine, mode):
+async def test_tty_session_in_the_sandbox(make_app, base, engine, mode):
     require_engine(engine)
-    (base / "ws").mkdir()
-    app = build_app(base / "ws", state_dir=base / "state", policy=f'[sandbox]\nengine = "{engine}"\n',
-                    plugins=("linux_sandbox", "pty"))
+    app = make_app(f'[sandbox]\nengine = "{engine}"\n', plugins=("linux_sandbox", "pty"))
     async with connect(app, mode=mode) as client:
         out = await call_ok(client, "exec", {"command": "test -t 0 && test -t 1 && echo on-a-tty; exit 4", "tty": True,
                                              "yield_ms": 10000})

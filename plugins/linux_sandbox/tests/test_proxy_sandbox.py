@@ -24,7 +24,7 @@ import anyio
 import pytest
 from conftest import require_engine
 
-from codespace.testing import build_app, call_ok, connect
+from codespace.testing import call_ok, connect
 
 pytestmark = [
     pytest.mark.anyio,
@@ -144,13 +144,12 @@ def _policy(host: NetHost, engine: str, mode: str = "full", udp: bool = False) -
 
 
 @pytest.fixture
-def app_for(base, engine, test_host):
+def app_for(make_app, ws, engine, test_host):
     require_engine(engine)
 
     def make(mode: str = "full", udp: bool = False):
-        (base / "ws" / "sub").mkdir(parents=True, exist_ok=True)
-        return build_app(base / "ws", state_dir=base / "state", policy=_policy(test_host, engine, mode, udp),
-                         plugins=("linux_sandbox",))
+        (ws / "sub").mkdir(exist_ok=True)
+        return make_app(_policy(test_host, engine, mode, udp))
 
     return make
 
@@ -405,13 +404,12 @@ async def test_routes_belong_to_one_command(app_for, test_host, engine):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("codespace_pty") is None, reason="codespace-pty is not installed")
-async def test_terminal_sessions_use_the_proxy_too(base, engine, test_host):
+async def test_terminal_sessions_use_the_proxy_too(make_app, ws, engine, test_host):
     """tty sessions take ``wrap`` (the host spawns the helper): the route is released when the
     helper's registration ends, not by the host."""
     require_engine(engine)
-    (base / "ws" / "sub").mkdir(parents=True)
-    app = build_app(base / "ws", state_dir=base / "state", policy=_policy(test_host, engine),
-                    plugins=("linux_sandbox", "pty"))
+    (ws / "sub").mkdir()
+    app = make_app(_policy(test_host, engine), plugins=("linux_sandbox", "pty"))
     async with connect(app) as client:
         service = _service(app)
         out = await call_ok(client, "exec", {"command": f"curl -sS -m 10 http://{test_host.allowed}/tty", "tty": True,

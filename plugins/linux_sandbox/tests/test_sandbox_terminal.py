@@ -6,24 +6,25 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
 import anyio
 import pytest
 from codespace_linux_sandbox.backend import interpreter
 from conftest import require_engine
 
-from codespace.testing import build_app, call_ok, connect
+from codespace.testing import call_ok, connect
 
 pytestmark = [pytest.mark.anyio,
               pytest.mark.skipif(importlib.util.find_spec("codespace_pty") is None, reason="needs the pty plugin")]
 
 
-def _app(base: Path, engine: str):
-    require_engine(engine)
-    (base / "ws").mkdir(exist_ok=True)
-    return build_app(base / "ws", state_dir=base / "state", policy=f'[sandbox]\nengine = "{engine}"\n',
-                     plugins=("linux_sandbox", "pty"))
+@pytest.fixture
+def app_for(make_app, engine: str):
+    def make():
+        require_engine(engine)
+        return make_app(f'[sandbox]\nengine = "{engine}"\n', plugins=("linux_sandbox", "pty"))
+
+    return make
 
 
 async def _until(client, session_id: str, pattern: str, seen: str = "", timeout: float = 10.0) -> str:
@@ -41,8 +42,8 @@ async def _send(client, session_id: str, chars: str) -> str:
     return (await call_ok(client, "write_stdin", {"session_id": session_id, "chars": chars, "yield_ms": 500}))["output"]
 
 
-async def test_job_control_in_a_sandboxed_terminal(base, engine, mode):
-    async with connect(_app(base, engine), mode=mode) as client:
+async def test_job_control_in_a_sandboxed_terminal(app_for, engine, mode):
+    async with connect(app_for(), mode=mode) as client:
         start = await call_ok(client, "exec", {"command": ["/bin/bash", "--norc", "--noprofile", "-i"], "tty": True,
                                                "yield_ms": 1500, "env": {"PS1": "READY> "}})
         sid = start["session_id"]
@@ -71,22 +72,22 @@ async def test_job_control_in_a_sandboxed_terminal(base, engine, mode):
         assert done["exit_code"] == 3, (done, seen)
 
 
-async def test_tiocsti_is_refused_on_a_sandboxed_terminal(base, engine, mode):
+async def test_tiocsti_is_refused_on_a_sandboxed_terminal(app_for, base, engine, mode):
     """Without --new-session the command shares the terminal; typing into its input queue
     must still fail (seccomp), so nothing runs after the command ends."""
     marker = base / "ws" / "injected"
     script = ("import fcntl, termios\n"
               "try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    print('TIOCSTI-ALLOWED')\n"
               "except OSError as e:\n    print('TIOCSTI-ERRNO', e.errno)\n")
-    async with connect(_app(base, engine), mode=mode) as client:
+    async with connect(app_for(), mode=mode) as client:
         out = await call_ok(client, "exec", {"command": [interpreter(), "-I", "-c", script], "tty": True,
                                              "yield_ms": 10000})
         assert "TIOCSTI-ERRNO 1" in out["output"], out
         assert not marker.exists()
 
 
-async def test_list_sessions_names_the_command_of_a_sandboxed_tty_session(base, engine, mode):
-    async with connect(_app(base, engine), mode=mode) as client:
+async def test_list_sessions_names_the_command_of_a_sandboxed_tty_session(app_for, engine, mode):
+    async with connect(app_for(), mode=mode) as client:
         started = await call_ok(client, "exec", {"command": ["sleep", "30"], "tty": True, "yield_ms": 300})
         piped = await call_ok(client, "exec", {"command": "sleep 30", "yield_ms": 300})
         sessions = {s["session_id"]: s["command"] for s in (await call_ok(client, "list_sessions"))["sessions"]}

@@ -203,16 +203,15 @@ def listed_socket(tmp_path_factory):
 
 
 @pytest.mark.anyio
-async def test_the_policy_knob_reaches_the_sandbox(base, engine, mode, listed_socket):
+async def test_the_policy_knob_reaches_the_sandbox(make_app, engine, mode, listed_socket):
     """[network] allow_unix_sockets in the policy file, through a real MCP session: the command
     connects; workspace_info and doctor name how."""
     from codespace.doctor import run_checks
-    from codespace.testing import build_app, call_ok, connect
+    from codespace.testing import call_ok, connect
 
     path, seen = listed_socket
-    (base / "ws").mkdir()
     policy = f'[network]\nallow_unix_sockets = [{path!r}]\n[sandbox]\nengine = "{engine}"\n'.replace("'", '"')
-    app = build_app(base / "ws", state_dir=base / "state", policy=policy, plugins=("linux_sandbox",))
+    app = make_app(policy)
     script = f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({path!r})\nprint('connected')\n"
     async with connect(app, mode=mode) as client:
         out = await call_ok(client, "exec", {"command": [interpreter(), "-I", "-S", "-c", script]})
@@ -221,6 +220,5 @@ async def test_the_policy_knob_reaches_the_sandbox(base, engine, mode, listed_so
         assert [line for line in info["sandbox"]["cannot_enforce"] if path in line], info["sandbox"]
     time.sleep(0.2)
     assert seen == ["listed"]
-    checks = {c.name: c for c in run_checks(build_app(base / "ws", state_dir=base / "state", policy=policy,
-                                                      plugins=("linux_sandbox",)))}
+    checks = {c.name: c for c in run_checks(make_app(policy))}
     assert path in checks["sandbox cannot enforce"].detail

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from codespace.testing import anyio_backend, build_app, mode, state, ws  # noqa: F401 - fixtures
-
 TESTS = Path(__file__).resolve().parent
 PLUGIN_DIR = TESTS.parent
 TEST_PLUGINS = TESTS / "plugins"
@@ -20,28 +18,29 @@ if str(PLUGIN_DIR) not in sys.path:
 REAL_FS = importlib.util.find_spec("codespace_fs") is not None
 
 
+# ws, state, make_app, ... come from codespace.testing, a pytest plugin.
+@pytest.fixture
+def plugin_paths() -> tuple[Path, ...]:
+    return (TEST_PLUGINS,)
+
+
 @pytest.fixture(params=[TEST_FS, "fs"])
-def fs_plugin(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def fs_plugin(request: pytest.FixtureRequest, discoverable_plugins: tuple[Path, ...]) -> str:
     """The FileSystem backend under the patcher: the tests' own, and the real
     codespace-fs when it is installed."""
     if request.param == "fs" and not REAL_FS:
         pytest.skip("codespace-fs is not installed in this environment")
-    monkeypatch.syspath_prepend(str(TEST_PLUGINS))
     return request.param
 
 
 @pytest.fixture
-def test_plugins(monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(TEST_PLUGINS))
-    return TEST_PLUGINS
+def enabled_plugins(fs_plugin: str) -> tuple[str, ...]:
+    return ("patch", fs_plugin)
 
 
 @pytest.fixture
-def app_factory(ws: Path, state: Path, fs_plugin: str):
-    def make(policy: str | None = None):
-        return build_app(ws, state_dir=state, policy=policy, plugins=("patch", fs_plugin))
-
-    return make
+def test_plugins(discoverable_plugins: tuple[Path, ...]) -> Path:
+    return TEST_PLUGINS
 
 
 def write(root: Path, files: dict[str, bytes | str]) -> None:

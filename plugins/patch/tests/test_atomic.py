@@ -77,10 +77,10 @@ async def test_commit_applies_everything_and_settle_drops_the_journal(ws, state,
     assert pending(state / "j") == []
 
 
-async def test_a_server_start_removes_the_journal_files_stopped_servers_left(ws, state, fs, app_factory, mode):
+async def test_a_server_start_removes_the_journal_files_stopped_servers_left(ws, state, fs, make_app, mode):
     """Each Patcher keeps one journal file for its whole life and leaves it, void, when its
     server stops; the next start removes those (a file still locked belongs to a live server)."""
-    from codespace.tools.patch import JOURNAL_DIR
+    from codespace.workspace import PATCH_JOURNAL_DIR as JOURNAL_DIR
 
     _old_tree(ws)
     changes, dirs = _changes(ws)
@@ -91,7 +91,7 @@ async def test_a_server_start_removes_the_journal_files_stopped_servers_left(ws,
     live.arm(record_for([], []))
     live.sealed_blocking()
     live.disarm()  # void, but still locked by its (live) owner
-    async with connect(app_factory(), mode=mode):
+    async with connect(make_app(), mode=mode):
         pass
     assert not stopped.path.exists() and live.path.exists()
     live.close()
@@ -222,7 +222,7 @@ async def test_a_journal_whose_writer_is_alive_is_not_touched(ws, state, fs):
 
 
 async def test_server_start_rolls_back_an_interrupted_commit(ws, state, test_plugins, mode):
-    from codespace.tools.patch import JOURNAL_DIR
+    from codespace.workspace import PATCH_JOURNAL_DIR as JOURNAL_DIR
     from codespace_patch_testfs import TestFileSystem
 
     _old_tree(ws)
@@ -290,7 +290,7 @@ def _reset(ws: Path, old: dict[str, str]) -> None:
 @pytest.mark.parametrize("backend", ["test", pytest.param("real", marks=pytest.mark.skipif(
     not real_fs_installed(), reason="codespace-fs is not installed in this venv"))])
 async def test_kill_9_during_commit_then_restart_gives_all_old_or_all_new(ws, state, tmp_path, test_plugins, backend):
-    from codespace.tools.patch import JOURNAL_DIR
+    from codespace.workspace import PATCH_JOURNAL_DIR as JOURNAL_DIR
 
     old, new, patch = _many(ws)
     journal_dir = state / JOURNAL_DIR
@@ -340,7 +340,7 @@ async def test_kill_9_of_the_server_during_apply_patch(ws, state, tmp_path):
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    from codespace.tools.patch import JOURNAL_DIR
+    from codespace.workspace import PATCH_JOURNAL_DIR as JOURNAL_DIR
 
     old, new, patch = _many(ws)
     journal_dir = state / JOURNAL_DIR

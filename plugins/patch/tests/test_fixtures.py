@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from codespace.testing import build_app, connect
+from codespace.testing import connect
 from conformance.fixtures import FixturesMissing, load_fixtures
 from conformance.helper import helper_argv, helper_env, run_helper
 from conformance.trees import copy_tree, describe_difference, snapshot
@@ -61,9 +61,9 @@ def test_fixture_through_the_helper_executable(fixture, tmp_path, fs_plugin):
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("patch_mode", ["upstream", "atomic"])
-async def test_fixtures_through_mcp(patch_mode, ws, state, fs_plugin, mode):
+async def test_fixtures_through_mcp(patch_mode, ws, make_app, mode):
     assert FIXTURES, MISSING
-    app = build_app(ws, state_dir=state, plugins=("patch", fs_plugin))
+    app = make_app()
     async with connect(app, mode=mode) as client:
         for fixture in FIXTURES:
             _reset(ws, fixture.input)

@@ -48,11 +48,11 @@ def _hostile(ws: Path, outside: Path) -> list[tuple[str, str]]:
     ]
 
 
-async def test_mcp_refuses_and_writes_nothing(app_factory, ws, outside, mode):
+async def test_mcp_refuses_and_writes_nothing(make_app, ws, outside, mode):
     write(ws, {"inside.txt": "in\n"})
     cases = _hostile(ws, outside)
     before_out, before_ws = snapshot(outside), snapshot(ws)
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         for name, patch in cases:
             for patch_mode in ("atomic", "upstream"):
                 error = await call_error(client, "apply_patch", {"patch": patch, "mode": patch_mode})
@@ -80,16 +80,16 @@ def test_helper_refuses_and_writes_nothing(ws, outside, tmp_path, fs_plugin):
     assert snapshot(ws) == before_ws
 
 
-async def test_absolute_paths_inside_the_workspace_are_fine(app_factory, ws, mode):
+async def test_absolute_paths_inside_the_workspace_are_fine(make_app, ws, mode):
     write(ws, {"a.txt": "a\n"})
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         result = await call_ok(client, "apply_patch", {"patch": patch_of(f"*** Update File: {ws}/a.txt", "-a", "+b")})
     assert result["summary"] == f"Success. Updated the following files:\nM {ws}/a.txt\n"
     assert (ws / "a.txt").read_text() == "b\n"
 
 
-async def test_links_inside_the_workspace_are_followed_like_upstream(app_factory, ws, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_links_inside_the_workspace_are_followed_like_upstream(make_app, ws, mode):
+    async with connect(make_app(), mode=mode) as client:
         for patch_mode in ("atomic", "upstream"):
             write(ws, {"target.txt": "a\n"})
             if not (ws / "link").is_symlink():
@@ -99,10 +99,10 @@ async def test_links_inside_the_workspace_are_followed_like_upstream(app_factory
             assert (ws / "link").is_symlink() and (ws / "target.txt").read_text() == "c\n"
 
 
-async def test_a_50_mb_patch_is_refused_before_parsing(app_factory, ws, mode):
+async def test_a_50_mb_patch_is_refused_before_parsing(make_app, ws, mode):
     huge = patch_of("*** Add File: big.txt", *(["+" + "x" * 1023] * (50 * 1024)))
     assert len(huge) > 50 * 1024 * 1024
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "apply_patch", {"patch": huge})
     assert error["code"] == "refused" and "limits.max_argument_bytes" in error["message"]
     assert not (ws / "big.txt").exists()
@@ -126,9 +126,9 @@ def test_a_50_mb_patch_on_the_helpers_stdin_is_refused(ws, tmp_path, test_plugin
         (b"\x89PNG\r\n\x1a\n\x00\x00", "invalid utf-8 sequence of 1 bytes from index 0"),
     ],
 )
-async def test_binary_or_non_utf8_targets_are_refused_untouched(app_factory, ws, mode, content, reason):
+async def test_binary_or_non_utf8_targets_are_refused_untouched(make_app, ws, mode, content, reason):
     write(ws, {"bin.dat": content})
-    async with connect(app_factory(), mode=mode) as client:
+    async with connect(make_app(), mode=mode) as client:
         for patch_mode in ("atomic", "upstream"):
             error = await call_error(client, "apply_patch", {"mode": patch_mode, "patch": patch_of(
                 "*** Update File: bin.dat", "@@", "+x")})
@@ -137,8 +137,8 @@ async def test_binary_or_non_utf8_targets_are_refused_untouched(app_factory, ws,
     assert (ws / "bin.dat").read_bytes() == content
 
 
-async def test_nul_and_overlong_paths_are_refused(app_factory, ws, mode):
-    async with connect(app_factory(), mode=mode) as client:
+async def test_nul_and_overlong_paths_are_refused(make_app, ws, mode):
+    async with connect(make_app(), mode=mode) as client:
         for path in ("a\x00b.txt", "x" * 300):
             error = await call_error(client, "apply_patch", {"patch": patch_of(f"*** Add File: {path}", "+x")})
             assert error["code"] == "refused" and "path syntax" in error["message"]

@@ -8,7 +8,6 @@ import pytest
 
 from codespace.contract import Patcher, ToolError
 from codespace.plugins import Plugins, pin_from_metadata
-from codespace.workspace import Workspace
 from codespace_patch.backend import PatchBackend
 
 
@@ -22,12 +21,12 @@ def test_entry_point_and_pin():
     assert dist.requires == ["codespace<0.2,>=0.1.2", 'pytest>=8; extra == "test"']
 
 
-def test_loaded_by_the_host_with_its_hooks(ws, state):
+def test_loaded_by_the_host_with_its_hooks(workspace):
     plugins = Plugins.load(allow=["patch"], env={})
     info = {i.name: i for i in plugins.listing()}["patch"]
     assert info.status == "loaded" and info.error is None
     assert info.hooks == ["codespace_doctor", "codespace_patcher", "codespace_startup"]
-    backend, provider = plugins.patcher(Workspace.open(ws, state_dir=state))
+    backend, provider = plugins.patcher(workspace)
     assert provider == "patch" and isinstance(backend, Patcher)
 
 
@@ -57,8 +56,8 @@ def test_plan_refuses_unparseable_patches_with_upstreams_message(ws):
         PatchBackend(1 << 20).plan("*** Begin Patch\n*** Add File: \ud800\n+x\n*** End Patch", str(ws))
 
 
-def test_doctor_reports_helper_and_journal(ws, state):
+def test_doctor_reports_helper_and_journal(workspace):
     plugins = Plugins.load(allow=["patch"], env={})
-    checks = {c.name: c for c in plugins.doctor(Workspace.open(ws, state_dir=state))}
+    checks = {c.name: c for c in plugins.doctor(workspace)}
     assert checks["patch helper"].ok, checks["patch helper"]
     assert checks["patch journal"].ok and "no interrupted" in checks["patch journal"].detail
