@@ -4,7 +4,8 @@ fixtures around them.
 Installing ``codespace`` registers this module as a pytest plugin (entry point ``pytest11``:
 ``codespace``), so any test suite in the environment has the fixtures without importing them.
 Where plugin autoloading is off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), load it with
-``-p codespace.testing`` or ``pytest_plugins = ["codespace.testing"]`` in the root conftest.py.
+``-p codespace.testing`` (and ``-p anyio`` for async tests) or ``pytest_plugins =
+["codespace.testing"]`` in the root conftest.py.
 
 A plugin's conftest.py says which plugins load and where its test plugins live; the rest is
 shared (README "Testing a plugin")::
