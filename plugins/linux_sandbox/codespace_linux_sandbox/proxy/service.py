@@ -39,8 +39,9 @@ from codespace.contract import NetworkEvent
 
 from ..proxy_route import HEADER
 from . import sockets
+from .checkpoint import AuditEvent
 from .rules import DomainRules
-from .server import AuditEvent, EgressProxy
+from .server import EgressProxy
 from .sockets import RawStream
 
 log = logging.getLogger(__name__)
