@@ -20,7 +20,6 @@ import re
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import Distribution, EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
@@ -28,6 +27,8 @@ import pluggy
 from . import hookspecs
 
 if TYPE_CHECKING:
+    from importlib.metadata import Distribution, EntryPoint
+
     from .contract import Backends, Check, FileSystem, Patcher, Sandbox, Terminal
     from .tooling import ToolRegistry
     from .workspace import Workspace
@@ -167,8 +168,13 @@ class Plugins:
         plugins = cls()
         for module_name in builtins:
             plugins._register_builtin(module_name)
-        eps = discovered if discovered is not None else entry_points(group=ENTRY_POINT_GROUP)
-        for ep in sorted(eps, key=lambda e: e.name):
+        if discovered is None:
+            # Here, not at module level: a caller that lists the plugins (a one-shot helper
+            # told by the process that started it) does without importlib.metadata.
+            from importlib.metadata import entry_points
+
+            discovered = entry_points(group=ENTRY_POINT_GROUP)
+        for ep in sorted(discovered, key=lambda e: e.name):
             if ep.name in plugins.infos:
                 log.warning("plugin name %s is provided twice; the second is ignored", ep.name)
                 continue

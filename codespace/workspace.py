@@ -6,10 +6,15 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .policy import CommandRules, Limits, PathRule, PathRules, Policy, PolicyError, load_policy
-from .policy.paths import split_parts
+from .policy.plain import PlainDefaults
+from .policy.paths import PathRule, PathRules, split_parts
+
+if TYPE_CHECKING:
+    from .policy import CommandRules, Limits, Policy
 
 POLICY_FILE_IN_WORKSPACE = Path(".codespace") / "policy.toml"
 PATCH_JOURNAL_DIR = "patch-journal"
@@ -68,7 +73,6 @@ class Workspace:
     policy_path: Path | None
     state_dir: Path
     paths: PathRules = field(repr=False)
-    commands: CommandRules = field(repr=False)
 
     @classmethod
     def open(
@@ -77,17 +81,26 @@ class Workspace:
         *,
         policy_path: str | os.PathLike[str] | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        plain_defaults: bool = False,
     ) -> Workspace:
+        """``plain_defaults``: without a policy file, hold the defaults as plain values
+        (:class:`~codespace.policy.plain.PlainDefaults`) instead of the pydantic model,
+        for a one-shot process that reads a few of them and must start fast."""
         root_path = Path(os.path.realpath(root if root is not None else os.getcwd()))
         if not root_path.is_dir():
             raise WorkspaceError(f"workspace {root_path} is not a directory; pass --workspace DIR")
         if policy_path is None and (root_path / POLICY_FILE_IN_WORKSPACE).is_file():
             policy_path = root_path / POLICY_FILE_IN_WORKSPACE
         resolved_policy = Path(os.path.realpath(policy_path)) if policy_path is not None else None
-        try:
-            policy = load_policy(resolved_policy)
-        except PolicyError as exc:
-            raise WorkspaceError(str(exc)) from exc
+        if resolved_policy is None and plain_defaults:
+            policy = PlainDefaults()
+        else:
+            from .policy.model import PolicyError, load_policy
+
+            try:
+                policy = load_policy(resolved_policy)
+            except PolicyError as exc:
+                raise WorkspaceError(str(exc)) from exc
 
         chosen = state_dir or os.environ.get("CODESPACE_STATE_DIR") or policy.store.state_dir
         state = Path(os.path.realpath(os.path.expanduser(chosen))) if chosen else default_state_dir(root_path)
@@ -115,8 +128,13 @@ class Workspace:
             policy_path=resolved_policy,
             state_dir=state,
             paths=rules,
-            commands=CommandRules(policy.commands),
         )
+
+    @cached_property
+    def commands(self) -> CommandRules:
+        from .policy.commands import CommandRules
+
+        return CommandRules(self.policy.commands)
 
     def hide(self, path: str | os.PathLike[str], source: str) -> None:
         """Hide one more path from the agent (a secret the server holds outside its state

@@ -44,7 +44,8 @@ def test_open_workspace_is_the_servers_workspace(ws, state, monkeypatch):
     monkeypatch.setenv("CODESPACE_STATE_DIR", str(state))
     opened = gate.open_workspace(ws)
     served = Workspace.open(ws, state_dir=state)
-    assert (opened.root, opened.state_dir, opened.policy) == (served.root, served.state_dir, served.policy)
+    assert (opened.root, opened.state_dir) == (served.root, served.state_dir)
+    assert opened.policy.model_dump() == served.policy.model_dump()
     assert opened.paths.rules == served.paths.rules
     monkeypatch.setenv("CODESPACE_STATE_DIR", str(ws))
     assert gate.WorkspaceError is WorkspaceError
@@ -115,3 +116,52 @@ def test_paths_refusal_reads_then_writes(workspace):
     assert gate.paths_refusal(rules, read=["/etc/hostname"]) is None
     assert gate.paths_refusal(rules, read=[hidden], write=["/etc/hostname"]) == rules.check(hidden, "read")
     assert gate.paths_refusal(rules, write=["/etc/hostname"]) == rules.check("/etc/hostname", "write")
+
+
+def test_plain_defaults_are_the_models_defaults():
+    from codespace.policy.plain import PlainDefaults, _plain_values
+
+    validated, plain = Policy(), PlainDefaults()
+    for section, values in _plain_values().items():
+        for name, value in values.items():
+            assert getattr(getattr(validated, section), name) == value, f"{section}.{name}"
+            assert getattr(getattr(plain, section), name) == value
+    # Everything else comes from the model, methods included.
+    assert plain.network == validated.network and plain.limits.exec_timeout_ms == validated.limits.exec_timeout_ms
+    assert plain.model_dump() == validated.model_dump()
+    assert plain.filesystem.merged_paths() == validated.filesystem.merged_paths()
+    assert plain.filesystem.all_protected() == validated.filesystem.all_protected()
+    with pytest.raises(AttributeError, match="read-only"):
+        plain.limits.max_file_bytes = 1  # type: ignore[misc]
+
+
+def test_a_workspace_on_plain_defaults_is_the_same_workspace(ws, state):
+    plain = Workspace.open(ws, state_dir=state, plain_defaults=True)
+    served = Workspace.open(ws, state_dir=state)
+    assert plain.paths.rules == served.paths.rules and plain.state_dir == served.state_dir
+    assert plain.limits.max_file_bytes == served.limits.max_file_bytes
+    assert plain.commands.check_argv(["rm", "-rf", "/"]) == served.commands.check_argv(["rm", "-rf", "/"])
+    assert isinstance(served.policy, Policy)
+
+
+def test_a_policy_file_is_validated_even_with_plain_defaults(ws, state):
+    (ws / ".codespace").mkdir()
+    (ws / ".codespace" / "policy.toml").write_text("[limits]\nmax_file_bytes = 1024\n")
+    opened = Workspace.open(ws, state_dir=state, plain_defaults=True)
+    assert isinstance(opened.policy, Policy) and opened.limits.max_file_bytes == 1024
+    (ws / ".codespace" / "policy.toml").write_text("[limits]\nmax_fil_bytes = 1024\n")
+    with pytest.raises(WorkspaceError, match="unknown key"):
+        Workspace.open(ws, state_dir=state, plain_defaults=True)
+
+
+def test_the_gate_loads_no_pydantic_without_a_policy_file(tmp_path):
+    code = (
+        "import sys\nfrom codespace.contract import gate\n"
+        f"w = gate.open_workspace({str(tmp_path)!r})\n"
+        "t = [gate.Target(str(w.root / 'a'), 'add')]\n"
+        "assert gate.patch_targets_refusal(w, t) is None and gate.patch_size_refusal(w, 10) is None\n"
+        "print(sorted(m for m in ('pydantic', 'tomllib', 'codespace.policy.model') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "CODESPACE_STATE_DIR": str(tmp_path.parent / "gate-state")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.stdout.strip() == "[]", done.stderr

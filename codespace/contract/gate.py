@@ -10,17 +10,19 @@ messages. The helper decides nothing itself.
 Answers come back as :class:`Refused` (or None); the helper shows ``message`` and exits 1.
 
 Start-up time is most of what a one-shot helper costs, so the core's heavier parts
-(pydantic validation of a policy file, plugin loading) load only when an answer needs
-them.
+load only when an answer needs them: pydantic and the TOML parser for a policy file
+(the defaults are plain values), the plugin machinery for the file-system backend.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..policy.paths import normalize, validate_agent_path
+from ..workspace import Workspace, WorkspaceError
 from .errors import Refused
 
 if TYPE_CHECKING:
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from .workspace import WorkspaceView
 
 __all__ = [
+    "InstalledPlugin",
     "Target",
     "WorkspaceError",
     "filesystem",
@@ -59,19 +62,9 @@ def open_workspace(root: str | os.PathLike[str]) -> WorkspaceView:
     """The workspace at ``root`` as a server started there would serve it: its policy file
     (``.codespace/policy.toml``), ``CODESPACE_STATE_DIR`` or the default state directory,
     and the paths the core hides. Raises :class:`WorkspaceError` when it cannot be served;
-    the message says how to fix it."""
-    from ..workspace import Workspace
-
-    return Workspace.open(root)
-
-
-def __getattr__(name: str) -> object:
-    # WorkspaceError lives with the workspace, whose module loads the policy model.
-    if name == "WorkspaceError":
-        from ..workspace import WorkspaceError
-
-        return WorkspaceError
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    the message says how to fix it. Without a policy file the defaults are plain values:
+    no pydantic model is loaded for them."""
+    return Workspace.open(root, plain_defaults=True)
 
 
 def patch_size_refusal(workspace: WorkspaceView, size: int) -> Refused | None:
@@ -139,14 +132,38 @@ def patch_targets_refusal(workspace: WorkspaceView, targets: Iterable[Target]) -
     return paths_refusal(workspace.paths, write=removes, write_through=writes)
 
 
-def filesystem(workspace: WorkspaceView) -> tuple[FileSystem | None, list[str]]:
+class InstalledPlugin(NamedTuple):
+    """A ``codespace.plugins`` entry point, as the process that started a helper found it
+    (``value``: ``module`` or ``module:attribute``). Handing these over spares the helper
+    a scan of the installed distributions (importlib.metadata)."""
+
+    name: str
+    value: str
+
+    @property
+    def dist(self) -> None:
+        return None
+
+    def load(self) -> object:
+        module, _, attribute = self.value.partition(":")
+        loaded: object = importlib.import_module(module.strip())
+        for part in filter(None, attribute.strip().split(".")):
+            loaded = getattr(loaded, part)
+        return loaded
+
+
+def filesystem(
+    workspace: WorkspaceView, installed: Iterable[tuple[str, str]] | None = None
+) -> tuple[FileSystem | None, list[str]]:
     """The file-system backend a server would use for ``workspace`` (the same plugins, the
     same allow and block lists, the same order), or None; and ``name: error`` for each
-    plugin that failed to load."""
+    plugin that failed to load. ``installed``: the plugins' (name, entry point value)
+    pairs when the caller knows them; None looks them up."""
     from ..plugins import Plugins
 
     policy = workspace.policy.plugins
-    plugins = Plugins.load(allow=policy.allow, block=policy.block, builtins=())
+    discovered = None if installed is None else [InstalledPlugin(name, value) for name, value in installed]
+    plugins = Plugins.load(allow=policy.allow, block=policy.block, builtins=(), discovered=discovered)
     fs, _ = plugins.filesystem(workspace)  # type: ignore[arg-type]
     failed = [f"{i.name}: {i.error}" for i in plugins.listing() if i.status == "failed"]
     return fs, failed

@@ -17,9 +17,12 @@ import fnmatch
 import os
 import shlex
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from .model import CommandRule, CommandsPolicy
 from ..contract.errors import Refused
+
+if TYPE_CHECKING:
+    from .model import CommandRule, CommandsPolicy
 
 _SEPARATORS = {"&&", "||", ";", "|", "&", "|&", ";;", "(", ")", "\n"}
 _REDIRECTS = {">", ">>", "<", "<<", "<<<", ">&", "<&", "&>", "&>>", ">|", "<>"}

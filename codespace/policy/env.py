@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from .model import EnvPolicy
+if TYPE_CHECKING:
+    from .model import EnvPolicy
 
 CORE_VARIABLES = ("PATH", "SHELL", "TMPDIR", "TEMP", "TMP", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LOGNAME", "USER")
 DEFAULT_EXCLUDES = ("*KEY*", "*SECRET*", "*TOKEN*")

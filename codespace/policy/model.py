@@ -18,36 +18,10 @@ from pydantic import (
 )
 
 from ..models import Strict
-from .credentials import CREDENTIAL_PATHS
+# The values defaults are made of live in defaults.py, which reads them without pydantic.
+from .defaults import DEFAULT_PROTECTED_ANCHORED, DEFAULT_PROTECTED_NAMES, Access, MiB, all_protected, merged_paths
 
-Access = Literal["read", "write", "none"]
-
-MiB = 1024 * 1024
 UPSTREAM_READ_CEILING = 512 * MiB  # codex-file-system refuses reads above this
-
-# Names protected at any depth inside a writable root: writing them changes what
-# runs later (git hooks and config) or what governs the agent (CodeSpace, Codex and
-# agent configuration).
-DEFAULT_PROTECTED_NAMES = (".git", ".codespace", ".codex", ".agents")
-# Anchored at each writable root (leading "/"): shell start-up files and credential
-# stores that matter only where a home directory or project root would hold them.
-DEFAULT_PROTECTED_ANCHORED = (
-    "/.bashrc", "/.bash_profile", "/.bash_login", "/.bash_logout", "/.profile",
-    "/.zshrc", "/.zshenv", "/.zprofile", "/.zlogin", "/.envrc", "/.inputrc",
-    "/.aws", "/.ssh", "/.gnupg", "/.netrc", "/.npmrc", "/.pypirc",
-)
-
-DEFAULT_PATHS: dict[str, Access] = {
-    "/": "read",
-    ".": "write",
-    # The server's own environment and devices: /proc/<pid>/environ would hand the
-    # agent every secret the server was started with.
-    "/proc": "none",
-    "/sys": "none",
-    "/dev": "none",
-    # Credential stores of commonly used tools (listed in the README's policy section).
-    **{path: "none" for path in CREDENTIAL_PATHS},
-}
 
 
 class _Strict(Strict):
@@ -107,14 +81,10 @@ class FilesystemPolicy(_Strict):
         return value
 
     def merged_paths(self) -> dict[str, Access]:
-        merged: dict[str, Access] = dict(DEFAULT_PATHS)
-        if self.home == "hidden":
-            merged["~"] = "none"
-            merged.update({entry: "read" for entry in self.home_readable if entry not in DEFAULT_PATHS})
-        return {**merged, **self.paths}
+        return merged_paths(self)
 
     def all_protected(self) -> list[str]:
-        return [*self.protected, *self.extra_protected]
+        return all_protected(self)
 
 
 class CommandRule(_Strict):

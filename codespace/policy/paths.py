@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..contract.errors import Refused
-from .model import Access, FilesystemPolicy
+
+if TYPE_CHECKING:  # the rules need no pydantic: a one-shot helper builds them too
+    from .model import Access, FilesystemPolicy
 
 PATH_MAX = 4096
 NAME_MAX = 255
