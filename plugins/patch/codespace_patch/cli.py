@@ -70,7 +70,9 @@ def _read_patch(args: list[str]) -> tuple[str | None, int]:
         return None, EXIT_FAILED
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, plugins: list[tuple[str, str]] | None = None) -> int:
+    """``plugins``: the installed plugins' (name, entry point value), from the process that
+    started the helper (:mod:`.spawn`); None looks them up."""
     from codespace.contract.hardening import HardeningError, harden_process
 
     try:
@@ -85,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     if mode not in ("upstream", "atomic"):
         _err(f"codespace-apply-patch: {MODE_ENV} must be 'upstream' or 'atomic', not {mode!r}\n")
         return EXIT_SETUP
-    return _run(text, mode)
+    return _run(text, mode, plugins)
 
 
-def _run(text: str, mode: str) -> int:
+def _run(text: str, mode: str, plugins: list[tuple[str, str]] | None) -> int:
     from codespace.contract import gate
 
     from .errors import PatchError
@@ -114,7 +116,7 @@ def _run(text: str, mode: str) -> int:
     if refusal is not None:
         _err(refusal.message + "\n")
         return EXIT_FAILED
-    fs = _filesystem(workspace)
+    fs = _filesystem(workspace, plugins)
     if fs is None:
         return EXIT_SETUP
     import asyncio  # the FileSystem backend's methods are coroutines
@@ -122,10 +124,10 @@ def _run(text: str, mode: str) -> int:
     return asyncio.run(_apply(patch, mode, workspace, fs, cwd))
 
 
-def _filesystem(workspace):  # noqa: ANN001, ANN202
+def _filesystem(workspace, plugins: list[tuple[str, str]] | None):  # noqa: ANN001, ANN202
     from codespace.contract import gate
 
-    fs, failed = gate.filesystem(workspace)
+    fs, failed = gate.filesystem(workspace, plugins)
     if fs is None:
         _err(
             "codespace-apply-patch: no file-system backend is installed; the helper reads and writes files only "

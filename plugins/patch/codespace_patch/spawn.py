@@ -5,7 +5,9 @@
 agent's environment steers the import path. The price is that the helper's
 packages must be put on ``sys.path`` explicitly: this module computes that list
 from the current process (including editable installs, whose finders live in
-``.pth`` files that ``-S`` skips).
+``.pth`` files that ``-S`` skips). It hands over the installed plugins too, which
+the helper would otherwise find by loading importlib.metadata and scanning every
+distribution; the core still chooses among them, as the server does.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import sys
 from collections.abc import Iterable
 from functools import lru_cache
 
-_BOOT = "import sys;sys.path[:0]={paths!r};from codespace_patch.cli import main;sys.exit(main())"
+_BOOT = "import sys;sys.path[:0]={paths!r};from codespace_patch.cli import main;sys.exit(main(plugins={plugins!r}))"
+ENTRY_POINT_GROUP = "codespace.plugins"
 
 
 def _package_root(name: str) -> str | None:
@@ -34,11 +37,23 @@ def _package_root(name: str) -> str | None:
 
 
 @lru_cache(maxsize=8)
-def _paths(extra: tuple[str, ...]) -> tuple[str, ...]:
-    from importlib.metadata import entry_points
+def _plugins(extra: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(name, entry point value) of every plugin the helper would find on its path:
+    those installed below ``extra`` first, as they come first there."""
+    from importlib.metadata import distributions, entry_points
 
+    found: dict[str, str] = {}
+    below_extra = [ep for dist in distributions(path=[os.path.abspath(p) for p in extra]) for ep in dist.entry_points]
+    for ep in [*below_extra, *entry_points(group=ENTRY_POINT_GROUP)]:
+        if ep.group == ENTRY_POINT_GROUP:
+            found.setdefault(ep.name, ep.value)
+    return tuple(sorted(found.items()))
+
+
+@lru_cache(maxsize=8)
+def _paths(extra: tuple[str, ...]) -> tuple[str, ...]:
     names = {"codespace", "codespace_patch"}
-    names |= {ep.value.split(":")[0].split(".")[0] for ep in entry_points(group="codespace.plugins")}
+    names |= {value.split(":")[0].split(".")[0] for _, value in _plugins(extra)}
     paths: list[str] = [os.path.abspath(p) for p in extra]
     for name in sorted(names):
         root = _package_root(name)
@@ -52,5 +67,6 @@ def _paths(extra: tuple[str, ...]) -> tuple[str, ...]:
 
 def helper_command(extra_paths: Iterable[str] = ()) -> list[str]:
     """argv prefix for the helper; append the patch (or nothing, to pass it on stdin)."""
-    paths = _paths(tuple(extra_paths))
-    return [sys.executable, "-I", "-S", "-c", _BOOT.format(paths=list(paths))]
+    extra = tuple(extra_paths)
+    boot = _BOOT.format(paths=list(_paths(extra)), plugins=list(_plugins(extra)))
+    return [sys.executable, "-I", "-S", "-c", boot]

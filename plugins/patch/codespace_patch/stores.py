@@ -16,9 +16,15 @@ from __future__ import annotations
 import errno
 import posixpath
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from codespace.contract import FileSystem, FsError, MakeDirRequest, StatRequest
-from codespace.contract import normalize
+from codespace.contract import FsError, normalize
+
+if TYPE_CHECKING:
+    from codespace.contract import FileSystem
+
+# The request models (pydantic) load where a link or a new directory needs one: the
+# helper applies most patches without them.
 
 from .errors import rust_io_error
 from .sections import StoreFailure
@@ -77,6 +83,8 @@ class DirectStore:
             if kind == "directory":
                 raise _failure(f"{path} is a directory; a Delete File section removes files only", "is_directory")
             if kind == "symlink":
+                from codespace.contract import StatRequest
+
                 target = await self.fs.stat(StatRequest(path=path, follow_symlinks=True))
                 if not target.exists or target.is_directory:
                     raise _failure(f"{path} is a link to a directory or to nothing", "not_a_file")
@@ -175,6 +183,8 @@ class OverlayStore:
             state = await self._state(path)
             if state != "symlink":
                 return state, path
+            from codespace.contract import StatRequest
+
             try:
                 link = await self.fs.stat(StatRequest(path=path, follow_symlinks=False))
             except FsError as exc:
@@ -292,5 +302,7 @@ class OverlayStore:
 
 
 async def make_dirs(fs: FileSystem, directories: list[str]) -> None:
+    from codespace.contract import MakeDirRequest
+
     for directory in directories:
         await fs.make_dir(MakeDirRequest(path=directory, parents=True, exist_ok=True))
