@@ -185,5 +185,14 @@ async def _apply_atomic(patch, resolve, workspace, fs, max_bytes: int):  # noqa:
     return run
 
 
+def exit_now(code: int) -> None:
+    """Leave with ``code`` once the output is flushed, skipping the interpreter's teardown:
+    nothing is left to clean up (every file is closed, every write done or journaled), and
+    tearing down the modules a patch loaded took longer than many a patch (20-140 ms)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

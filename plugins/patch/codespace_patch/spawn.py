@@ -18,7 +18,13 @@ import sys
 from collections.abc import Iterable
 from functools import lru_cache
 
-_BOOT = "import sys;sys.path[:0]={paths!r};from codespace_patch.cli import main;sys.exit(main(plugins={plugins!r}))"
+# The helper's packages go after the interpreter's own directories, as site-packages
+# would: each standard-library import then finds its module on the first try. The
+# helper leaves with exit_now (no interpreter teardown).
+_BOOT = (
+    "import sys;sys.path+={paths!r};from codespace_patch.cli import exit_now, main;"
+    "exit_now(main(plugins={plugins!r}))"
+)
 ENTRY_POINT_GROUP = "codespace.plugins"
 
 
