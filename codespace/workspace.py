@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -44,6 +43,8 @@ def state_roots() -> list[Path]:
 
 
 def default_state_dir(root: Path) -> Path:
+    import hashlib  # here: a helper told its state directory (CODESPACE_STATE_DIR) does without OpenSSL
+
     digest = hashlib.sha256(os.fsencode(root)).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9._-]", "_", root.name or "root")[:40]
     return default_state_root() / "workspaces" / f"{name}-{digest}"
