@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """apply_patch speed, side by side with the pinned Codex binary (apply-patch.md §13).
 
-    python benchmarks/patch_bench.py [--runs 9] [--backend auto|test|real]
+    python benchmarks/patch_bench.py [--runs 9] [--backend auto|test|real] [--processes]
 
 Two cases: one 20,000-line file with one Update section of 200 chunks, and 200
 files in 10 directories with one small Update section each. For every run the
@@ -12,6 +12,8 @@ Contenders:
 - ``codex`` — the released binary as a whole process (the baseline);
 - ``helper`` — ``codespace-apply-patch`` as a whole process, started the way
   CodeSpace starts it (``python -I -S``), upstream mode;
+- ``python -I -S (floor)`` — the same interpreter starting and exiting with
+  nothing to do: the part of the helper's time no change to CodeSpace can remove;
 - ``in-server atomic`` / ``in-server upstream`` — the Patcher backend inside a
   running server: ``plan()`` (what the gateway checks) plus ``apply()``, through
   the FileSystem backend, journal included for atomic mode, until the answer; the
@@ -23,6 +25,9 @@ Contenders:
   check, operation record, JSON both ways, diffs in the result);
 - ``raw rewrites (floor)`` — plain Python reading every target and rewriting it in
   place with the expected result: the cost of the I/O alone.
+
+``--processes`` times only the whole processes (``codex``, ``helper`` and the
+interpreter's floor): more runs in the same time, for the helper's ratio.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ def many_files_case() -> tuple[dict[str, str], str]:
 
 
 IDLE_S = 0.05
+PYTHON_FLOOR = [sys.executable, "-I", "-S", "-c", "pass"]
 
 
 def reset(root: Path, files: dict[str, str]) -> None:
@@ -185,6 +191,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--backend", choices=["auto", "test", "real"], default="auto")
+    parser.add_argument("--processes", action="store_true", help="time only codex, the helper and python's floor")
     args = parser.parse_args()
     backend = ("real" if real_fs_installed() else "test") if args.backend == "auto" else args.backend
     if backend == "test":
@@ -211,8 +218,8 @@ def main() -> int:
     async def run_case(name: str, files: dict[str, str], patch: str) -> None:
         root = base / "ws"
         times: dict[str, list[float]] = {k: [] for k in
-                                         ("codex", "helper", "in-server atomic", "in-server upstream", "mcp call",
-                                          "raw rewrites (floor)")}
+                                         ("codex", "helper", "python -I -S (floor)", "in-server atomic",
+                                          "in-server upstream", "mcp call", "raw rewrites (floor)")}
         reset(root, files)
         timed_process([str(codex), "--codex-run-as-apply-patch", patch], root, codex_env)
         want = {rel: (root / rel).read_bytes() for rel in files}
@@ -230,6 +237,9 @@ def main() -> int:
                 reset(root, files)
                 times["helper"].append(timed_process([*helper_cmd, patch], root, h_env))
                 expect(root, want)
+                times["python -I -S (floor)"].append(timed_process(PYTHON_FLOOR, root, h_env))
+                if args.processes:
+                    continue
                 for mode in ("atomic", "upstream"):
                     reset(root, files)
                     times[f"in-server {mode}"].append(
@@ -241,7 +251,7 @@ def main() -> int:
                 expect(mcp_root, want)
                 reset(root, files)
                 times["raw rewrites (floor)"].append(raw_rewrites(root, want))
-        medians = {k: statistics.median(v) * 1000 for k, v in times.items()}
+        medians = {k: statistics.median(v) * 1000 for k, v in times.items() if v}
         size = sum(len(t.encode()) for t in files.values()) // 1024
         print(f"\n{name}  ({len(files)} file(s), {size} KB; patch {patch.count(chr(10)) + 1} lines / "
               f"{len(patch.encode()) // 1024} KB)")
