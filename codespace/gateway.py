@@ -20,7 +20,8 @@ import anyio
 from pydantic import BaseModel, ValidationError
 
 from .contract import BackendMissing, Refused, ToolError
-from .policy import normalize, validate_agent_path
+from .contract.gate import path_syntax_refusal, paths_refusal
+from .policy import normalize
 from .store import OperationRecord
 from .surrogates import describe as describe_surrogate
 from .surrogates import find_lone_surrogate
@@ -257,11 +258,9 @@ class Gateway:
     # -- policy -------------------------------------------------------------------
 
     def _normalize(self, raw: str) -> str:
-        problem = validate_agent_path(raw)
-        if problem is not None:
-            raise Refused(
-                "path syntax", f"refused: {problem} (rule: path syntax; path {raw!r}). To proceed: pass a valid path."
-            )
+        refusal = path_syntax_refusal(raw)
+        if refusal is not None:
+            raise refusal
         return normalize(raw, str(self.workspace.root))
 
     def _resolve_paths(self, tool: ToolDefinition, args: BaseModel) -> tuple[BaseModel, Needs]:
@@ -289,19 +288,11 @@ class Gateway:
                 argv=dynamic.argv,
                 shell=dynamic.shell,
             )
-        rules = self.workspace.paths
-        for path in needs.read:
-            refusal = rules.check(path, "read")
-            if refusal is not None:
-                raise refusal
-        for path in needs.write:
-            refusal = rules.check(path, "write")
-            if refusal is not None:
-                raise refusal
-        for path in needs.write_through:
-            refusal = rules.check(path, "write", follow_leaf=True)
-            if refusal is not None:
-                raise refusal
+        refusal = paths_refusal(
+            self.workspace.paths, read=needs.read, write=needs.write, write_through=needs.write_through
+        )
+        if refusal is not None:
+            raise refusal
         for argv in needs.argv:
             refusal = self.workspace.commands.check_argv(argv)
             if refusal is not None:

@@ -5,7 +5,7 @@ policy: an agent's command runs it inside the sandbox, the conformance run compa
 with the released binary. No gateway stands in front of it, so it asks this module what
 the gateway would decide, and implements the answer: the same workspace (root, policy
 file, state directory, hidden paths), the same rules in the same order, the same
-messages. The helper decides nothing itself.
+messages (the gateway calls the same functions). The helper decides nothing itself.
 
 Answers come back as :class:`Refused` (or None); the helper shows ``message`` and exits 1.
 

@@ -3,6 +3,7 @@
 from pydantic import Field
 
 from ..contract import PatchRequest, PatchResult
+from ..contract.gate import split_patch_targets
 from ..contract.patches import PatchMode
 from ..plugins import hookimpl
 from ..tooling import Needs, OperationArgs, ToolCall, ToolDefinition, ToolRegistrar
@@ -20,13 +21,10 @@ class ApplyPatchArgs(OperationArgs):
 
 def _needs(args: ApplyPatchArgs, call: ToolCall) -> Needs:
     plan = call.backends.patcher().plan(args.patch, str(call.workspace.root))
-    # Adds, updates and move destinations write through a linked file, as upstream
-    # does: judge where the link leads. Deletes and move sources remove the link itself.
-    removes = {t.path for t in plan.targets if t.action == "delete" or t.role == "move_source"}
-    return Needs(
-        write=[t.path for t in plan.targets if t.path in removes],
-        write_through=[t.path for t in plan.targets if t.path not in removes],
-    )
+    # The rule the patch helper is told too: links are judged where they lead for writes,
+    # as themselves for removals.
+    removes, writes = split_patch_targets(plan.targets)
+    return Needs(write=removes, write_through=writes)
 
 
 def _render(result: PatchResult) -> str:
