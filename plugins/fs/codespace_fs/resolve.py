@@ -40,8 +40,7 @@ from .names import join, readlink_at
 from .roots import O_CLOEXEC, O_DIR, O_NOFOLLOW, O_PATH, Root
 
 if TYPE_CHECKING:
-    from codespace.policy.paths import PathRules
-    from codespace.workspace import Workspace
+    from codespace.contract import PathRules, WorkspaceView
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ def choose_mode(requested: str | None = None) -> tuple[Mode, str]:
 class Confinement:
     """Resolution of policy-checked absolute paths, confined to their roots."""
 
-    def __init__(self, workspace: Workspace, mode: Mode) -> None:
+    def __init__(self, workspace: WorkspaceView, mode: Mode) -> None:
         self.workspace_root = str(workspace.root)
         self.rules: PathRules = workspace.paths
         self.follow_links = workspace.policy.filesystem.symlinks == "within_root"
