@@ -1,4 +1,5 @@
-"""The MCP face of an App: tool schemas out, tool calls into the gateway.
+"""The MCP face of an App: tool schemas out, tool calls into the gateway (through
+:mod:`.transports.calls`, the one road every transport's calls take).
 
 Built on the low-level ``mcp.server.Server``: measured side by side (see
 benchmarks/README.md) it answers a call faster than ``MCPServer``, whose
