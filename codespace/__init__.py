@@ -1,13 +1,11 @@
 """CodeSpace: a governed workspace for coding agents, served over MCP."""
 
-from typing import Any
-
-__version__ = "0.1.2"
+__version__ = "0.2.0"
 
 __all__ = ["__version__", "hookimpl"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # ``hookimpl`` lives in codespace.plugins (pluggy, entry points: ~0.1 s); loaded when a
     # plugin asks for it, not by every ``import codespace`` on the server's start path.
     if name == "hookimpl":

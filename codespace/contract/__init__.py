@@ -16,11 +16,6 @@ Names load on first use, so that one-shot helper processes (the patch helper, th
 sandbox helper) pay only for what they touch.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
 # name -> module that defines it (relative to this package, or absolute in the core)
 _EXPORTS = {
     # errors: what a backend raises for the agent to act on
@@ -65,11 +60,14 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     where = _EXPORTS.get(name)
     if where is None:
         raise AttributeError(f"module 'codespace.contract' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where, __name__), name)
+    module = __name__ + where if where.startswith(".") else where
+    # __import__ rather than importlib: importing importlib (and warnings) would cost a one-shot
+    # helper process more than the module it wants.
+    value = getattr(__import__(module, fromlist=[name]), name)
     globals()[name] = value  # once loaded, a plain attribute
     return value
 

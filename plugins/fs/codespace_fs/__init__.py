@@ -6,7 +6,7 @@ The backend's modules load on first use, not when the server loads its plugins.
 
 from typing import Any
 
-__version__ = "0.1.2"
+__version__ = "0.2.0"
 __all__ = ["FsBackend", "__version__"]
 
 

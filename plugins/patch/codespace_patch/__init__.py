@@ -10,7 +10,7 @@ from .applying import Rewrite, rewrite
 from .errors import ApplyError, ParseError, PatchError
 from .parser import AddFile, Chunk, DeleteFile, Patch, UpdateFile, parse_patch
 
-__version__ = "0.1.2"
+__version__ = "0.2.0"
 UPSTREAM_RELEASE = "rust-v0.171.0"
 
 __all__ = [
