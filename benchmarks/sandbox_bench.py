@@ -43,6 +43,15 @@ from codespace.workspace import Workspace
 DEFAULT_CODEX = Path.home() / ".cache/codespace/codex-0.171.0/package/vendor/x86_64-unknown-linux-musl/bin/codex"
 
 
+class ContenderFailed(Exception):
+    """A contender did not run /bin/true to success: timing it would time its failure."""
+
+
+def _check(argv0: str, status: int) -> None:
+    if status != 0:
+        raise ContenderFailed(f"{argv0} exited {os.waitstatus_to_exitcode(status)} (its stderr is above)")
+
+
 def _spawn_wait(argv: list[str], env: dict[str, str], payloads: dict[str, bytes] | None = None) -> float:
     start = time.perf_counter()
     writers = []
@@ -60,8 +69,10 @@ def _spawn_wait(argv: list[str], env: dict[str, str], payloads: dict[str, bytes]
     for w, data in writers:
         os.write(w, data)
         os.close(w)
-    os.waitpid(pid, 0)
-    return (time.perf_counter() - start) * 1000
+    _, status = os.waitpid(pid, 0)
+    took = (time.perf_counter() - start) * 1000
+    _check(argv[0], status)
+    return took
 
 
 def _helper_variant(base: Path, name: str, policy: str, engine: str):
@@ -81,9 +92,11 @@ def _helper_variant(base: Path, name: str, policy: str, engine: str):
     def launch() -> float:
         start = time.perf_counter()
         launched = sandbox.launch_now(command, layout, stdio)
-        os.waitpid(launched.pid, 0)
+        _, status = os.waitpid(launched.pid, 0)
+        took = (time.perf_counter() - start) * 1000
         launched.release()
-        return (time.perf_counter() - start) * 1000
+        _check(f"the warm helper's command ({name})", status)
+        return took
 
     return (lambda: _spawn_wait(spec.argv, spec.env, spec.inherit)), launch
 
@@ -124,14 +137,22 @@ def main() -> int:
         variants["codex-ww"] = lambda: codex(["-c", 'sandbox_mode="workspace-write"'], str(codex_ww))
     else:
         print(f"(codex binary not found at {args.codex}: upstream variants skipped)", file=sys.stderr)
-    for fn in variants.values():  # warm-up: bytecode caches, page cache, codex's helper links
-        fn()
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.rounds):
-        for name, fn in variants.items():
-            samples[name].append(fn())
-    ZYGOTE.stop()
-    shutil.rmtree(base, ignore_errors=True)
+    name = ""
+    try:
+        for name, fn in variants.items():  # warm-up: bytecode caches, page cache, codex's helper links
+            fn()
+        samples: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(args.rounds):
+            for name, fn in variants.items():
+                samples[name].append(fn())
+    except ContenderFailed as exc:
+        # A contender that fails to run fails the benchmark; it is never timed. (Under /tmp,
+        # for one, every sandbox hides the workspace behind its private /tmp: use BENCH_DIR.)
+        print(f"sandbox_bench: contender {name} failed to run, so nothing is reported: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        ZYGOTE.stop()
+        shutil.rmtree(base, ignore_errors=True)
     medians = {name: statistics.median(values) for name, values in samples.items()}
     report = {"rounds": args.rounds, "median_ms": {k: round(v, 2) for k, v in medians.items()},
               "load_average": os.getloadavg()}
