@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import TYPE_CHECKING
 
-from codespace.contract import FsError, MakeDirRequest, MakeDirResult
+from codespace.contract import FsError
 
 from . import errors
 from .names import join, lstat_at
 from .reading import kind_of
 from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, Confinement, Opened
 from .syncing import fsync_quietly
+
+# The models load where they are built: a process that only moves bytes through the
+# backend (the patch helper) then loads no pydantic.
+if TYPE_CHECKING:
+    from codespace.contract import MakeDirRequest, MakeDirResult
 
 _DIR_FLAGS = os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC
 
@@ -85,6 +91,8 @@ def ensure_dir(conf: Confinement, path: str, action: str) -> Opened:
 
 
 def make_dir(conf: Confinement, request: MakeDirRequest) -> MakeDirResult:
+    from codespace.contract import MakeDirResult
+
     path = request.path
     root = conf.root_for(path)
     try:

@@ -6,12 +6,18 @@ import errno
 import os
 import stat
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
-from codespace.contract import DirEntry, EntryError, FsError, ListDirRequest, ListDirResult, StatRequest, StatResult
+from codespace.contract import FsError
 
 from . import errors
 from .reading import kind_of
 from .resolve import O_DIR, O_PATH, Confinement
+
+# The models load where they are built: a process that only moves bytes through the
+# backend (the patch helper) then loads no pydantic.
+if TYPE_CHECKING:
+    from codespace.contract import DirEntry, ListDirRequest, StatRequest, StatResult, ListDirResult, EntryError
 
 _by_name = attrgetter("name")
 NON_UTF8 = (
@@ -36,6 +42,8 @@ def list_dir(conf: Confinement, request: ListDirRequest, *, max_entries: int) ->
 
 def list_dir_from(fd: int, request: ListDirRequest, *, max_entries: int) -> ListDirResult:
     """The ``list_dir`` answer for an opened directory; closes ``fd``."""
+    from codespace.contract import EntryError, ListDirResult
+
     path = request.path
     cap = min(request.max_entries or max_entries, max_entries)
     try:
@@ -79,6 +87,8 @@ def list_dir_from(fd: int, request: ListDirRequest, *, max_entries: int) -> List
 
 
 def stat_path(conf: Confinement, request: StatRequest) -> StatResult:
+    from codespace.contract import StatResult
+
     path = request.path
     try:
         opened = conf.open(path, O_PATH, need="read", follow_last=request.follow_symlinks, action="stat")

@@ -13,16 +13,24 @@ import errno
 import os
 import stat
 import threading
+from typing import TYPE_CHECKING
 
-from codespace.contract import FsError, MoveRequest, MoveResult
+from codespace.contract import FsError
 
 from . import errors, kernel
 from .removing import check_tree
 from .resolve import Confinement
 from .writing import lstat_at
 
+# The models load where they are built: a process that only moves bytes through the
+# backend (the patch helper) then loads no pydantic.
+if TYPE_CHECKING:
+    from codespace.contract import MoveRequest, MoveResult
+
 
 def move(conf: Confinement, request: MoveRequest, cancel: threading.Event | None = None) -> MoveResult:
+    from codespace.contract import MoveResult
+
     source, destination = request.source, request.destination
     src, src_name = conf.open_parent(source, need="write", action="move")
     try:

@@ -15,11 +15,17 @@ import hashlib
 import os
 import stat
 import threading
+from typing import TYPE_CHECKING
 
-from codespace.contract import FsError, InvalidUtf8, ReadFileRequest, ReadFileResult
+from codespace.contract import FsError
 
 from . import errors
 from .resolve import O_CLOEXEC, O_NOFOLLOW, O_PATH, Confinement, Need
+
+# The models load where they are built: a process that only moves bytes through the
+# backend (the patch helper) then loads no pydantic.
+if TYPE_CHECKING:
+    from codespace.contract import InvalidUtf8, ReadFileRequest, ReadFileResult
 
 CHUNK = 1024 * 1024  # upstream streams reads in 1 MiB chunks
 BINARY_SNIFF = 8000  # like git: a NUL byte in the first 8000 bytes means binary
@@ -215,6 +221,8 @@ def read_file_from(
 
 
 def _base64_window(path: str, data: bytes, digest: str, byte_offset: int, max_bytes: int) -> ReadFileResult:
+    from codespace.contract import ReadFileResult
+
     if byte_offset > len(data):
         raise FsError(
             f"byte_offset {byte_offset} is past the end of {path} ({len(data)} bytes). To proceed: pass a "
@@ -231,6 +239,8 @@ def _base64_window(path: str, data: bytes, digest: str, byte_offset: int, max_by
 
 
 def _text_window(path: str, data: bytes, digest: str, request: ReadFileRequest, max_bytes: int) -> ReadFileResult:
+    from codespace.contract import ReadFileResult
+
     nul = data.find(b"\0", 0, BINARY_SNIFF)
     if nul >= 0:
         raise FsError(
@@ -312,6 +322,8 @@ def _decode(window: bytes, mode: str, path: str, start: int, first_line: int) ->
                 "pass errors='replace' to get U+FFFD in place of invalid bytes, or encoding='base64' for raw bytes.",
                 path=path, code="invalid_utf8", details={"byte_offset": where, "line": line},
             ) from None
+    from codespace.contract import InvalidUtf8
+
     _counter.found = found = []
     text = window.decode("utf-8", "codespace_fs_count_replace")
     return text, InvalidUtf8(count=len(found), first_byte_offset=start + found[0])

@@ -18,11 +18,17 @@ import errno
 import os
 import stat
 import threading
+from typing import TYPE_CHECKING
 
-from codespace.contract import FsError, RemoveRequest, RemoveResult
+from codespace.contract import FsError
 
 from . import errors
 from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, Confinement
+
+# The models load where they are built: a process that only moves bytes through the
+# backend (the patch helper) then loads no pydantic.
+if TYPE_CHECKING:
+    from codespace.contract import RemoveRequest, RemoveResult
 
 _DIR_FLAGS = os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC
 MAX_PASSES = 8  # re-reads of a directory that keeps gaining entries while we empty it
@@ -96,6 +102,8 @@ def _scan(fd: int) -> list[tuple[str, bool]]:
 
 
 def remove(conf: Confinement, request: RemoveRequest, cancel: threading.Event | None = None) -> RemoveResult:
+    from codespace.contract import RemoveResult
+
     path = request.path
     parent, name = conf.open_parent(path, need="write", action="remove")
     try:

@@ -23,8 +23,9 @@ import hashlib
 import os
 import secrets
 import stat
+from typing import TYPE_CHECKING
 
-from codespace.contract import FsError, WriteFileRequest, WriteFileResult
+from codespace.contract import FsError
 
 from . import errors, kernel
 from .directories import ensure_parent
@@ -33,6 +34,11 @@ from .names import lstat_at, readlink_at
 from .reading import CHUNK, kind_of, open_regular_at
 from .resolve import O_CLOEXEC, O_NOFOLLOW, O_PATH, Confinement
 from .syncing import fsync_quietly, pending_sync
+
+# The models load where they are built: a process that only moves bytes through the
+# backend (the patch helper) then loads no pydantic.
+if TYPE_CHECKING:
+    from codespace.contract import WriteFileRequest, WriteFileResult
 
 TMP_SUFFIX = ".codespace-tmp"
 
@@ -56,10 +62,16 @@ def decode_content(request: WriteFileRequest) -> bytes:
 
 
 def write_file(conf: Confinement, request: WriteFileRequest, *, max_file_bytes: int) -> WriteFileResult:
+    from codespace.contract import WriteFileResult
+
     data = decode_content(request)
-    return write_atomic(
+    created, previous = write_atomic(
         conf, request.path, data, max_file_bytes=max_file_bytes, expected_sha256=request.expected_sha256,
         must_not_exist=request.must_not_exist, create_parents=request.create_parents,
+    )
+    return WriteFileResult(
+        path=request.path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), created=created,
+        previous_sha256=previous,
     )
 
 
@@ -130,7 +142,8 @@ def write_atomic(
     follow_symlink: bool = False,
     durable: bool = True,
     report_previous: bool = True,
-) -> WriteFileResult:
+) -> tuple[bool, str | None]:
+    """Replace ``path``'s content with ``data``; (whether it was created, the sha256 it had)."""
     _check_size(path, data, max_file_bytes)
     if follow_symlink:
         path = _follow_leaf(conf, path)
@@ -147,7 +160,7 @@ def write_atomic(
 def _replace(
     dirfd: int, name: str, path: str, data: bytes, expected: str | None, must_not_exist: bool,
     durable: bool = True, report_previous: bool = True,
-) -> WriteFileResult:
+) -> tuple[bool, str | None]:
     before, previous = _existing(dirfd, name, path, expected, must_not_exist, report_previous)
     mode = stat.S_IMODE(before.st_mode) if before is not None else 0o666
     fd, tmp = _open_temp(dirfd, mode, path)
@@ -188,10 +201,7 @@ def _replace(
         fsync_quietly(dirfd)
     else:
         pending_sync.add(os.fstat(dirfd).st_dev, dirfd)
-    return WriteFileResult(
-        path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), created=before is None,
-        previous_sha256=previous,
-    )
+    return before is None, previous
 
 
 def _existing(
