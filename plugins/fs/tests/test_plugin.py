@@ -45,7 +45,7 @@ def test_codespace_plugins_shows_the_upstream_pin(ws, state):
 def test_metadata_declares_dependencies_and_component_urls():
     meta = distribution("codespace-fs").metadata
     requires = meta.get_all("Requires-Dist")
-    assert any(r.startswith("codespace") and "<0.2" in r for r in requires)
+    assert any(r.startswith("codespace") and "<0.3" in r for r in requires)
     assert any(r.startswith("pathspec") for r in requires)
     urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
     for label, url in urls.items():
