@@ -207,6 +207,13 @@ async function cancellation(client) {
   check("the aborted call rejects on the client", (await outcome).startsWith("rejected"), await outcome);
   for (let i = 0; i < 300 && marked(mark).length > 0; i++) await sleep(10);
   check("the cancelled command was stopped", marked(mark).length === 0, marked(mark));
+  // The record is finished just after the command is reaped (its note names the exit): a read in
+  // that instant still says running, so wait (bounded) for the server to record the cancellation.
+  for (let i = 0; i < 300; i++) {
+    const seen = await call(client, "get_operation", { operation_id: args.operation_id });
+    if (seen.json === undefined || !seen.json.includes('"status":"running"')) break;
+    await sleep(10);
+  }
   const record = await expectOk(client, "get_operation", { operation_id: args.operation_id },
     { json: ['"status":"cancelled"', "the command was stopped"] });
   void record;
