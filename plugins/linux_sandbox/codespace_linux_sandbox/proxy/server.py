@@ -15,6 +15,7 @@ import socket
 import anyio
 from anyio.abc import ByteStream
 
+from ..proxy_route import LISTEN_BACKLOG
 from . import http_proxy, socks5, sockets
 from .checkpoint import AuditSink, Checkpoint, Resolver, system_resolver
 from .connections import ProtocolError, Reader
@@ -24,7 +25,6 @@ from .udp import UdpRelay
 
 log = logging.getLogger(__name__)
 
-LISTEN_BACKLOG = 512
 
 
 class EgressProxy:

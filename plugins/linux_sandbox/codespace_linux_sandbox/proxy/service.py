@@ -37,7 +37,7 @@ from anyio.abc import TaskGroup
 
 from codespace.contract import NetworkEvent
 
-from ..proxy_route import HEADER
+from ..proxy_route import HEADER, LISTEN_BACKLOG
 from . import sockets
 from .checkpoint import AuditEvent
 from .rules import DomainRules
@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 FLUSH_INTERVAL_S = 0.2
 SOCKET_DIR = "proxy"
 REGISTRATION_TIMEOUT_S = 60.0
-LISTEN_BACKLOG = 512
 
 
 def rules_from_policy(network: Any) -> DomainRules:
