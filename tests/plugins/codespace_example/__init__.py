@@ -15,10 +15,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from codespace import hookimpl
-from codespace.doctor import Check
-from codespace.threads import run_cancellable
-from codespace.tooling import Needs, OperationArgs, ToolDefinition
-from codespace.store import proc_start_ticks
+from codespace.contract import Check, Needs, OperationArgs, ToolDefinition, proc_start_ticks, run_cancellable
 
 
 class TallyArgs(OperationArgs):

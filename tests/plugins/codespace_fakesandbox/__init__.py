@@ -9,8 +9,7 @@ import subprocess
 import anyio
 
 from codespace import hookimpl
-from codespace.contract import CommandSpec, SandboxInfo
-from codespace.fdio import wait_exit
+from codespace.contract import CommandSpec, SandboxInfo, wait_exit
 
 
 class _Launched:
