@@ -120,7 +120,7 @@ def _exec_needs(args: ExecArgs, call: ToolCall) -> Needs:
 async def exec_command(call: ToolCall, args: ExecArgs) -> CommandOutput:
     ws = call.workspace
     limits = ws.limits
-    decision = sandboxing.decide(ws, call.backends)
+    decision = call.backends.sandbox_decision()  # the core's decision, the one plugins are told too
     argv = args.command if isinstance(args.command, list) else [*ws.policy.commands.shell, args.command]
     interactive = args.tty or args.interactive
     env = build_env(ws.policy.env, os.environ, args.env)
