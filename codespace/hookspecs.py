@@ -27,7 +27,8 @@ import pluggy
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from .contract import Backends, Check, FileSystem, NetworkAudit, Patcher, Sandbox, Terminal, WorkspaceView
+    from .contract import (Backends, Check, FileSystem, NetworkAudit, Patcher, PinCheck, Sandbox, Terminal,
+                           WorkspaceView)
     from .tooling import ToolRegistrar
 
     Service = Callable[[], Awaitable[None]]
@@ -94,6 +95,22 @@ def codespace_doctor(workspace: WorkspaceView) -> list[Check] | None:
 
     Runs in: ``codespace doctor`` (its own process, never the server), once per run.
     Version: 0.1; ``Check`` lives in ``codespace.contract`` since 0.2.
+    """
+
+
+@hookspec
+def codespace_pin_checks() -> list[PinCheck] | None:
+    """Offer the plugin's conformance checks against its pinned upstream release.
+
+    :return: One :class:`codespace.contract.PinCheck` per upstream component the plugin
+        follows. Each drives that release's own ``codex`` binary (handed to it in the
+        :class:`codespace.contract.PinCheckRequest`) and ours on the same inputs, and
+        returns a :class:`codespace.contract.PinReport`; deliberate differences are
+        reported with the reason the plugin documents.
+
+    Runs in: ``codespace pins check`` and the plugin's ``pin_check.py`` (their own
+    processes, never the server), once per run; checks run one after another.
+    Version: 0.2.
     """
 
 

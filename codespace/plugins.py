@@ -29,7 +29,7 @@ from . import hookspecs
 if TYPE_CHECKING:
     from importlib.metadata import Distribution, EntryPoint
 
-    from .contract import Backends, Check, FileSystem, Patcher, Sandbox, Terminal
+    from .contract import Backends, Check, FileSystem, Patcher, PinCheck, Sandbox, Terminal
     from .tooling import ToolRegistry
     from .workspace import Workspace
 
@@ -302,6 +302,15 @@ class Plugins:
                 self._hook_failed(plugin, "codespace_doctor", exc)
                 checks.append(Check(f"plugin {plugin}", False, f"doctor hook raised {_short_error(exc)}", "report it"))
         return checks
+
+    def pin_checks(self) -> list[tuple[str, PinCheck]]:
+        found: list[tuple[str, PinCheck]] = []
+        for plugin, fn in self._impls("codespace_pin_checks"):
+            try:
+                found.extend((plugin, check) for check in fn() or [])
+            except Exception as exc:
+                self._hook_failed(plugin, "codespace_pin_checks", exc)
+        return found
 
     # -- listing ---------------------------------------------------------------
 

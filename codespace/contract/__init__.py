@@ -51,6 +51,9 @@ _EXPORTS = {
     "NetworkEvent": "codespace.store.base", "NetworkAudit": ".network",
     # one-shot helper processes: made non-dumpable, no core files, no LD_* steering
     "harden_process": ".hardening", "HardeningError": ".hardening",
+    # pin checks: conformance with the pinned upstream release (codespace pins check)
+    "PinCheck": ".pins", "PinCheckRequest": ".pins", "PinReport": ".pins", "PinDifference": ".pins",
+    "OracleUnavailable": ".pins", "codex_binary": ".pins",
     # running blocking work and descriptors without blocking the server
     "run_cancellable": "codespace.threads",
     "read_some": "codespace.fdio", "write_all": "codespace.fdio", "wait_exit": "codespace.fdio",

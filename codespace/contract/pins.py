@@ -1,0 +1,149 @@
+"""Pin checks: how a plugin shows it still behaves as the upstream release it pins.
+
+A plugin offers one :class:`PinCheck` per upstream component it follows (hook
+``codespace_pin_checks``). ``codespace pins check`` fetches the release's own
+``codex`` binary (:func:`codex_binary`), hands it to each check with the inputs'
+bounds (:class:`PinCheckRequest`), and prints each :class:`PinReport`: a check agrees
+when it ran and found no difference that is not listed as deliberate.
+
+A deliberate difference is one the plugin documents (its README says why we differ
+from upstream there); the check reports it with ``listed`` set to that reason, so a
+pin update still shows it, but it does not fail the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_MEMBER = "package/vendor/x86_64-unknown-linux-musl/bin/codex"
+
+
+class OracleUnavailable(Exception):
+    """The upstream binary of a release could not be fetched or does not run here."""
+
+
+@dataclass(frozen=True)
+class PinDifference:
+    """One input on which ours and upstream's behaviour differ."""
+
+    case: str
+    """What was compared, precisely enough to replay it (a case id and seed, a probe name)."""
+    detail: str
+    """What differed: ours against upstream's, shortly."""
+    listed: str | None = None
+    """Why the difference is deliberate, when the plugin documents it as such; None fails the check."""
+
+
+@dataclass
+class PinReport:
+    """What one check found against one release."""
+
+    plugin: str
+    component: str
+    release: str
+    cases: int = 0
+    """Inputs compared (a probe, a fixture, a generated case each count one)."""
+    differences: list[PinDifference] = field(default_factory=list)
+    unavailable: str | None = None
+    """Why the check could not run (no oracle, a missing tool); fails the check."""
+    notes: list[str] = field(default_factory=list)
+    """What upstream's surface cannot show, and other remarks for the reader."""
+
+    @property
+    def unlisted(self) -> list[PinDifference]:
+        return [d for d in self.differences if d.listed is None]
+
+    @property
+    def agrees(self) -> bool:
+        return self.unavailable is None and self.cases > 0 and not self.unlisted
+
+
+@dataclass(frozen=True)
+class PinCheckRequest:
+    """What a check is asked to compare against."""
+
+    release: str
+    """The upstream tag, e.g. ``rust-v0.171.0``."""
+    codex: Path
+    """That release's ``codex`` executable (linux x64, musl)."""
+    ci: bool = False
+    """Bounded run: a fixed seed and a case count that fits CI's time budget."""
+    seed: int | None = None
+    cases: int | None = None
+    """Generated cases to run (None: the check's default for ``ci``)."""
+    log: Callable[[str], None] = print
+    """Progress lines for the operator (to stderr; stdout carries the reports)."""
+
+    @property
+    def version(self) -> str:
+        """``0.171.0`` for ``rust-v0.171.0``."""
+        return self.release.removeprefix("rust-v")
+
+
+@dataclass(frozen=True)
+class PinCheck:
+    """A plugin's conformance check for one upstream component."""
+
+    plugin: str
+    """The plugin's distribution name, e.g. ``codespace-patch``."""
+    component: str
+    """The upstream component compared, e.g. ``codex-apply-patch``."""
+    run: Callable[[PinCheckRequest], PinReport]
+    """Compare; never raise for a difference (report it), raise or set ``unavailable`` when unable."""
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("CODESPACE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "codespace")
+    return Path(base)
+
+
+def _version_of(binary: Path) -> str:
+    with tempfile.TemporaryDirectory() as home:
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60,
+                              env={"HOME": home, "PATH": "/usr/bin:/bin"})
+    return done.stdout.strip()
+
+
+def codex_binary(version: str, *, fetch: bool = True, log: Callable[[str], None] = print) -> Path:
+    """The ``codex`` executable of release ``version`` (``0.171.0``), fetched once with
+    ``npm pack @openai/codex@<version>-linux-x64`` into ``~/.cache/codespace/codex-<version>``
+    (``$CODESPACE_CACHE`` overrides the root). Raises :class:`OracleUnavailable`."""
+    cache = _cache_root() / f"codex-{version}"
+    binary = cache / _MEMBER
+    expected = f"codex-cli {version}"
+    if binary.is_file() and _version_of(binary) == expected:
+        return binary
+    if not fetch:
+        raise OracleUnavailable(f"the codex {version} binary is not in the cache ({binary}) and fetching is off")
+    npm = shutil.which("npm")
+    if npm is None:
+        raise OracleUnavailable(f"npm is not installed: it is needed to fetch the codex {version} binary "
+                                f"(npm pack @openai/codex@{version}-linux-x64)")
+    cache.mkdir(parents=True, exist_ok=True)
+    spec = f"@openai/codex@{version}-linux-x64"
+    log(f"pin check: fetching {spec} with npm pack into {cache} (about 170 MB)...")
+    # Few, short retries: without a network the check must fail in seconds, not minutes.
+    done = subprocess.run([npm, "pack", spec, "--pack-destination", str(cache), "--fetch-retries=2",
+                           "--fetch-retry-mintimeout=2000", "--fetch-retry-maxtimeout=10000"],
+                          cwd=cache, capture_output=True, text=True, timeout=1800)
+    (cache / "pack.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise OracleUnavailable(f"npm pack {spec} failed (exit {done.returncode}); is the npm registry reachable? "
+                                f"Last output: {(done.stderr or done.stdout).strip()[-500:]}")
+    tarballs = sorted(cache.glob("*.tgz"), key=lambda p: p.stat().st_mtime)
+    if not tarballs:
+        raise OracleUnavailable(f"npm pack {spec} produced no tarball in {cache}")
+    with tarfile.open(tarballs[-1]) as archive:
+        archive.extractall(cache, members=[archive.getmember(_MEMBER)], filter="data")
+    binary.chmod(0o755)
+    found = _version_of(binary)
+    if found != expected:
+        raise OracleUnavailable(f"{binary} reports {found!r}, expected {expected!r}")
+    return binary
