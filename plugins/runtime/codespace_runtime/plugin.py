@@ -1,0 +1,3 @@
+"""Hooks of the runtime plugin."""
+
+from __future__ import annotations
