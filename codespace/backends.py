@@ -1,5 +1,10 @@
 """The backends serving one workspace, obtained lazily through the plugin facade
-(the contract's :class:`~codespace.contract.Backends`)."""
+(the contract's :class:`~codespace.contract.Backends`).
+
+With ``[runtime] worker`` other than ``"off"`` the core asks ``codespace_runner`` once per
+workspace for backends that forward to a worker process, and hands those out instead;
+without a plugin to provide them every call is refused with what to install (running
+in-process instead would silently drop the isolation the operator asked for)."""
 
 from __future__ import annotations
 
@@ -22,10 +27,36 @@ _INSTALL_HINTS = {
 
 
 class Backends:
-    def __init__(self, plugins: Plugins, workspace: Workspace) -> None:
+    def __init__(self, plugins: Plugins, workspace: Workspace, *, _shared: Backends | None = None) -> None:
         self._plugins = plugins
         self._workspace = workspace
-        self._cache: dict[str, tuple[Any, str | None]] = {}
+        self._cache: dict[str, tuple[Any, str | None]] = {} if _shared is None else _shared._cache
+        self._forwarding = _shared is None
+        self._runner: tuple[Any, str | None] | None = None
+
+    def in_process(self) -> Backends:
+        """The same backends, never forwarded to a worker (what the runner is handed as
+        ``local``, and what start-up recovery uses: it runs before any worker serves)."""
+        return Backends(self._plugins, self._workspace, _shared=self)
+
+    def _remote(self) -> Any:
+        """The runner's backends, or None when side effects run in this process."""
+        if not self._forwarding:
+            return None
+        mode = self._workspace.policy.runtime.worker
+        if mode == "off":
+            return None
+        if self._runner is None:  # asked once per workspace
+            self._runner = self._plugins.runner(self._workspace, self.in_process())
+        runner, _ = self._runner
+        if runner is None:
+            raise BackendMissing(
+                f"the policy sets runtime.worker = {mode!r} but no plugin provides a worker; install "
+                "codespace-runtime (pip install ./plugins/runtime from the CodeSpace repository) and restart the "
+                "server, or set runtime.worker = \"off\" to run file operations in the server",
+                details={"backend": "runner", "distribution": "codespace-runtime", "rule": "runtime.worker"},
+            )
+        return runner
 
     def _get(self, kind: str) -> tuple[Any, str | None]:
         if kind not in self._cache:
@@ -44,19 +75,35 @@ class Backends:
         return backend
 
     def filesystem(self) -> FileSystem:
-        return self._require("filesystem")
+        remote = self._remote()
+        return remote.filesystem() if remote is not None else self._require("filesystem")
 
     def patcher(self) -> Patcher:
-        return self._require("patcher")
+        remote = self._remote()
+        return remote.patcher() if remote is not None else self._require("patcher")
 
     def terminal(self) -> Terminal:
-        return self._require("terminal")
+        return self._require("terminal")  # command sessions stay in the server (not forwarded yet)
 
     def sandbox(self) -> Sandbox | None:
         return self._get("sandbox")[0]
 
     def sandbox_decision(self) -> SandboxDecision:
         return sandboxing.decide(self._workspace, self)
+
+    def runtime(self) -> dict[str, Any]:
+        """Where side effects run, for ``workspace_info`` and ``codespace doctor``: the
+        runner's own status when a worker is configured, else the server's."""
+        mode = self._workspace.policy.runtime.worker
+        if mode == "off" or not self._forwarding:
+            return {"worker": "off", "serving": False, "serves": [], "commands": "server"}
+        try:
+            remote = self._remote()
+        except BackendMissing as exc:
+            return {"worker": mode, "serving": False, "serves": [], "commands": "server", "problem": exc.message}
+        status = getattr(remote, "status", None)
+        found = status() if callable(status) else {}
+        return {"worker": mode, "serving": False, "commands": "server", **found, "plugin": self._runner[1]}
 
     def providers(self) -> dict[str, str | None]:
         """Which plugin serves each backend (None: nobody)."""

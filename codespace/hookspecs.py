@@ -199,6 +199,35 @@ def codespace_sandbox(workspace: WorkspaceView) -> Sandbox | None:
     """
 
 
+@hookspec(firstresult=True)
+def codespace_runner(workspace: WorkspaceView, local: Backends) -> Backends | None:
+    """Provide backends that perform the workspace's side effects in another process.
+
+    Asked only when the policy's ``[runtime] worker`` is not ``"off"`` (the core decides
+    whether a worker is used; the plugin implements the mode it finds there). A plugin
+    that performs the workspace's side effects in another process returns backends that
+    forward to it; what it does not forward it answers from ``local``. The core takes
+    ``filesystem()`` and ``patcher()`` from the result; command sessions (``terminal()``,
+    ``sandbox()``) and the sandbox decision stay in the server for now. The result may also have ``status() -> dict``
+    (JSON values: ``worker``, ``serving``, ``protocol``, ``serves``, ``commands``, ...),
+    which ``workspace_info`` shows as ``runtime``.
+
+    Inside the worker process the plugin must return None: it *is* the runner there, and
+    its own entry point tells it so.
+
+    :param workspace: The workspace to serve.
+    :param local: The in-process backends (the other backend hooks' answers), for what
+        is not forwarded.
+    :return: An object implementing :class:`codespace.contract.Backends`, or None (the
+        side effects run in the server process).
+
+    Runs in: the server, once per workspace, when a backend is first needed.
+    Version: 0.2.
+
+    .. note:: Stops at the first non-None result.
+    """
+
+
 # -------------------------------------------------------------------------
 # Tools
 # -------------------------------------------------------------------------

@@ -261,6 +261,17 @@ class Plugins:
     def sandbox(self, workspace: Workspace) -> tuple[Sandbox | None, str | None]:
         return self._first("codespace_sandbox", workspace)
 
+    def runner(self, workspace: Workspace, local: Backends) -> tuple[Backends | None, str | None]:
+        for plugin, fn in self._impls("codespace_runner"):
+            try:
+                result = fn(workspace=workspace, local=local)
+            except Exception as exc:
+                self._hook_failed(plugin, "codespace_runner", exc)
+                continue
+            if result is not None:
+                return result, plugin
+        return None, None
+
     def register_tools(self, registry: ToolRegistry) -> None:
         # Built-in tools register first, so no plugin can take over a core tool's name.
         impls = sorted(self._impls("codespace_register_tools"), key=lambda item: item[0] not in BUILTIN_PLUGINS)

@@ -206,6 +206,14 @@ class StorePolicy(_Strict):
     max_age_days: float = Field(default=30.0, gt=0)
 
 
+class RuntimePolicy(_Strict):
+    worker: Literal["off", "child", "daemon"] = "off"
+    """Where the workspace's file operations and patches run: "off" in the server process,
+    "child" in a hardened worker the server starts (and restarts) and that dies with it,
+    "daemon" in a worker started with ``codespace-worker start`` that the server attaches to.
+    Command sessions stay in the server whichever is chosen."""
+
+
 class Policy(_Strict):
     version: Literal[1] = 1
     filesystem: FilesystemPolicy = Field(default_factory=FilesystemPolicy)
@@ -216,6 +224,7 @@ class Policy(_Strict):
     limits: Limits = Field(default_factory=Limits)
     plugins: PluginsPolicy = Field(default_factory=PluginsPolicy)
     store: StorePolicy = Field(default_factory=StorePolicy)
+    runtime: RuntimePolicy = Field(default_factory=RuntimePolicy)
 
 
 class PolicyError(Exception):

@@ -9,7 +9,8 @@ from ..models import Model, Strict
 from ..plugins import hookimpl
 from ..tooling import ToolCall, ToolDefinition, ToolRegistrar
 
-PROTOCOLS = {"sandbox_handshake": 1}  # the worker socket (protocol 5) is named once a worker exists
+PROTOCOLS = {"sandbox_handshake": 1}
+WORKER_PROTOCOL_KEY = "worker_socket"  # added only while a worker is serving (its protocol, 5)
 
 
 class WorkspaceInfoArgs(Strict):
@@ -36,6 +37,10 @@ class WorkspaceInfo(Model):
     limits: dict[str, Any]
     plugins: list[dict[str, Any]]
     backends: dict[str, str | None] = Field(description="Which plugin serves each backend (null: none installed).")
+    runtime: dict[str, Any] = Field(
+        description="Where side effects run: worker 'off' (this server), 'child' or 'daemon'; what the worker "
+        "serves, its pid and protocol, and whether it is serving or died; commands run in the server.",
+    )
 
 
 def _sandbox_section(call: ToolCall) -> dict[str, Any]:
@@ -57,8 +62,12 @@ def _sandbox_section(call: ToolCall) -> dict[str, Any]:
 async def workspace_info(call: ToolCall, args: WorkspaceInfoArgs) -> WorkspaceInfo:
     ws = call.workspace
     policy = ws.policy
+    runtime = call.backends.runtime()
+    protocols = dict(PROTOCOLS)
+    if runtime.get("serving") and runtime.get("protocol") is not None:
+        protocols[WORKER_PROTOCOL_KEY] = runtime["protocol"]
     return WorkspaceInfo(
-        server={"name": "codespace", "version": __version__, "protocols": PROTOCOLS},
+        server={"name": "codespace", "version": __version__, "protocols": protocols},
         root=str(ws.root),
         writable_roots=ws.paths.writable_roots(),
         path_rules=[PathRuleView(path=r.path, access=r.access, source=r.source) for r in ws.paths.rules],
@@ -77,6 +86,7 @@ async def workspace_info(call: ToolCall, args: WorkspaceInfoArgs) -> WorkspaceIn
         limits=policy.limits.model_dump(),
         plugins=[p.as_dict() for p in call.plugins.listing()],
         backends=call.backends.providers(),
+        runtime=runtime,
     )
 
 
