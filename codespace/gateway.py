@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from .contract import BackendMissing, Refused, ToolError
+from .contract import BackendMissing, Refused, RunnerLost, ToolError
 from .contract.gate import path_syntax_refusal, paths_refusal
 from .policy import normalize
 from .store import OperationRecord
@@ -340,6 +340,14 @@ class Gateway:
             if operation_id is not None:
                 await self.store.forget(operation_id)
             return _error(exc.code, exc.message, exc.details)
+        except RunnerLost as exc:  # the worker died: nothing ran (key free again) or it may have run
+            outcome = _error(exc.code, exc.message, exc.details, operation_id)
+            if operation_id is not None:
+                if exc.dispatched:
+                    await self.store.finish(operation_id, "interrupted", result=outcome.stored(), error=exc.message)
+                else:
+                    await self.store.forget(operation_id)
+            return outcome
         except Refused as refusal:  # a backend's own policy check (e.g. where a followed link led)
             if operation_id is None:
                 return await self._record_refusal(tool, None, refusal, {}, call.client)

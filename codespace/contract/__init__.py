@@ -20,6 +20,7 @@ sandbox helper) pay only for what they touch.
 _EXPORTS = {
     # errors: what a backend raises for the agent to act on
     "ToolError": ".errors", "FsError": ".errors", "Refused": ".errors", "BackendMissing": ".errors",
+    "RunnerLost": ".errors",
     # the workspace and the core's decisions, as plugins see them
     "WorkspaceView": ".workspace", "Backends": ".backends", "SandboxDecision": ".backends",
     "Policy": "codespace.policy.model", "Limits": "codespace.policy.model",
@@ -54,6 +55,7 @@ _EXPORTS = {
     # pin checks: conformance with the pinned upstream release (codespace pins check)
     "PinCheck": ".pins", "PinCheckRequest": ".pins", "PinReport": ".pins", "PinDifference": ".pins",
     "OracleUnavailable": ".pins", "codex_binary": ".pins",
+    "UpstreamRpc": ".upstream_rpc", "UpstreamRpcError": ".upstream_rpc", "UpstreamRpcClosed": ".upstream_rpc", "file_uri": ".upstream_rpc",
     # running blocking work and descriptors without blocking the server
     "run_cancellable": "codespace.threads",
     "read_some": "codespace.fdio", "write_all": "codespace.fdio", "wait_exit": "codespace.fdio",

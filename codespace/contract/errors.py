@@ -115,3 +115,17 @@ class BackendMissing(ToolError):
     """No plugin provides the backend a tool needs."""
 
     code = "backend_missing"
+
+
+class RunnerLost(ToolError):
+    """The process performing a call's side effects (a worker) went away during the call.
+
+    ``dispatched`` says whether the request had reached it: False, nothing ran and a
+    retry is safe (the operation key stays free); True, it may have run, and the gateway
+    records the operation ``interrupted``, as for a server that died while it ran."""
+
+    code = "worker_lost"
+
+    def __init__(self, message: str, *, dispatched: bool, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, details={**(details or {}), "dispatched": dispatched})
+        self.dispatched = dispatched
