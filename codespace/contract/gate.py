@@ -27,6 +27,7 @@ from .errors import Refused
 
 if TYPE_CHECKING:
     from ..policy.paths import PathRules
+    from .backends import Backends
     from .files import FileSystem
     from .workspace import WorkspaceView
 
@@ -34,6 +35,7 @@ __all__ = [
     "InstalledPlugin",
     "Target",
     "WorkspaceError",
+    "backends",
     "filesystem",
     "normalize",
     "open_workspace",
@@ -58,13 +60,17 @@ class Target(NamedTuple):
     """``target``, ``move_source`` or ``move_destination``."""
 
 
-def open_workspace(root: str | os.PathLike[str]) -> WorkspaceView:
+def open_workspace(
+    root: str | os.PathLike[str], *, policy_path: str | os.PathLike[str] | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+) -> WorkspaceView:
     """The workspace at ``root`` as a server started there would serve it: its policy file
-    (``.codespace/policy.toml``), ``CODESPACE_STATE_DIR`` or the default state directory,
-    and the paths the core hides. Raises :class:`WorkspaceError` when it cannot be served;
-    the message says how to fix it. Without a policy file the defaults are plain values:
-    no pydantic model is loaded for them."""
-    return Workspace.open(root, plain_defaults=True)
+    (``policy_path``, else ``.codespace/policy.toml``), ``state_dir``, else
+    ``CODESPACE_STATE_DIR`` or the default state directory, and the paths the core hides.
+    Raises :class:`WorkspaceError` when it cannot be served; the message says how to fix
+    it. Without a policy file the defaults are plain values: no pydantic model is loaded
+    for them."""
+    return Workspace.open(root, policy_path=policy_path, state_dir=state_dir, plain_defaults=True)
 
 
 def patch_size_refusal(workspace: WorkspaceView, size: int) -> Refused | None:
@@ -167,3 +173,21 @@ def filesystem(
     fs, _ = plugins.filesystem(workspace)  # type: ignore[arg-type]
     failed = [f"{i.name}: {i.error}" for i in plugins.listing() if i.status == "failed"]
     return fs, failed
+
+
+def backends(
+    workspace: WorkspaceView, installed: Iterable[tuple[str, str]] | None = None
+) -> tuple[Backends, list[str]]:
+    """The backends a server would use for ``workspace``, built in this process by the same
+    plugins (allow and block lists, order) as :func:`filesystem`; and ``name: error`` for
+    each plugin that failed to load. For a worker process that performs the server's side
+    effects: with ``[runtime] worker`` set, the runner plugin is asked too, and must answer
+    None there (the worker's entry point tells it that it is the worker)."""
+    from ..backends import Backends as CoreBackends
+    from ..plugins import Plugins
+
+    policy = workspace.policy.plugins
+    discovered = None if installed is None else [InstalledPlugin(name, value) for name, value in installed]
+    plugins = Plugins.load(allow=policy.allow, block=policy.block, builtins=(), discovered=discovered)
+    failed = [f"{i.name}: {i.error}" for i in plugins.listing() if i.status == "failed"]
+    return CoreBackends(plugins, workspace), failed  # type: ignore[arg-type]

@@ -28,6 +28,11 @@ class WorkspaceView(Protocol):
         agent and from sandboxed commands). It may not exist yet: see :meth:`ensure_state_dir`."""
 
     @property
+    def policy_path(self) -> Path | None:
+        """The policy file the workspace was opened with (resolved), or None for the defaults:
+        a helper process that must judge by the same rules loads this file itself."""
+
+    @property
     def policy(self) -> Policy:
         """The workspace policy, validated."""
 
