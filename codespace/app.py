@@ -84,7 +84,9 @@ class App:
             if self.recovered:
                 log.warning("%d operation(s) of a stopped server marked interrupted", len(self.recovered))
                 reaper.reap(self.recovered)
-            self.plugins.startup(self.workspace, self.backends)
+            # Recovery runs in this process, before a worker (if any) serves: a plugin may run
+            # it on a private event loop, where a worker's connection could not be used.
+            self.plugins.startup(self.workspace, self.backends.in_process())
             async with anyio.create_task_group() as services:
                 for plugin, service in self.plugins.services(self.workspace, self.backends, self.store):
                     services.start_soon(_supervised, plugin, service)
@@ -92,11 +94,16 @@ class App:
                     try:
                         yield self
                     finally:
+                        import sys as _s, time as _t
                         with anyio.CancelScope(shield=True):
                             # A short grace: an agent's client that stops the server sends SIGINT, then
                             # SIGTERM 100 ms later, then kills it; an interactive shell ignores SIGTERM.
                             await self.processes.shutdown(STOP_GRACE_S)
+                        _s.stderr.write(f"T {_t.time():.4f} app-shutdown-done\n")
+                _s.stderr.write(f"T {_t.time():.4f} registry-exited\n")
                 services.cancel_scope.cancel()
+            _s.stderr.write(f"T {_t.time():.4f} services-done\n")
         finally:
             with anyio.CancelScope(shield=True):  # a signal's cancellation must not skip the close
                 await self.store.close()
+            import sys as _s, time as _t; _s.stderr.write(f"T {_t.time():.4f} store-closed\n")
