@@ -1,0 +1,111 @@
+"""Run rg and hand its JSON records over one by one, bounded and stoppable.
+
+Records are read with a ceiling: rg prints a whole line per match, so one huge line
+(a minified bundle) would otherwise become one huge allocation here. A record
+longer than ``max_record`` is dropped as it streams past and reported instead.
+rg leads its own session, so stopping it (cancel, time-out, the budget reached)
+kills everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+MAX_RECORD = 4 * 1024 * 1024
+_CHUNK = 256 * 1024
+_BINARY_NOTE = b": found binary data at offset "
+_MAX_ERRORS = 50
+
+
+class Stopped(Exception):
+    """The search was stopped from outside: ``reason`` is 'cancelled' or 'timeout'."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RgRun:
+    """One rg process. Iterate :meth:`records`; call :meth:`stop` when done with it."""
+
+    def __init__(self, argv: list[str], *, cwd: str, stdin: int, deadline: float,
+                 cancel: threading.Event | None, max_record: int = MAX_RECORD) -> None:
+        self.deadline = deadline
+        self.cancel = cancel
+        self.max_record = max_record
+        self.binary_files = 0
+        self.errors: list[str] = []
+        self.failure: list[bytes] = []  # stderr lines that are not debug notes (a bad regex's message)
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={},
+            start_new_session=True, close_fds=True,
+        )
+        self._stderr = threading.Thread(target=self._read_stderr, name="rg-stderr", daemon=True)
+        self._stderr.start()
+
+    def _read_stderr(self) -> None:
+        for line in self.proc.stderr:
+            if line.startswith(b"rg: DEBUG|") or line.startswith(b"rg: TRACE|"):
+                if line.startswith(b"rg: DEBUG|grep_printer") and _BINARY_NOTE in line:
+                    self.binary_files += 1
+                continue
+            if len(self.failure) < _MAX_ERRORS:
+                self.failure.append(line.rstrip(b"\n"))
+
+    def records(self, on_oversize: Callable[[], None]) -> Iterator[bytes]:
+        """rg's stdout, one JSON line at a time; raises :class:`Stopped`."""
+        fd = self.proc.stdout.fileno()
+        pending = bytearray()
+        dropping = False
+        while True:
+            self._check_stop()
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if not ready:
+                continue
+            chunk = os.read(fd, _CHUNK)
+            if not chunk:
+                return
+            start = 0
+            while True:
+                newline = chunk.find(b"\n", start)
+                if newline < 0:
+                    break
+                if dropping:
+                    dropping = False
+                else:
+                    pending += chunk[start:newline]
+                    yield bytes(pending)
+                pending.clear()
+                start = newline + 1
+            if not dropping:
+                pending += chunk[start:]
+                if len(pending) > self.max_record:
+                    pending.clear()
+                    dropping = True
+                    on_oversize()
+
+    def _check_stop(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Stopped("cancelled")
+        if time.monotonic() > self.deadline:
+            raise Stopped("timeout")
+
+    def stop(self, *, kill: bool) -> int:
+        """Reap rg (killing its session first when ``kill``: it was stopped early) and
+        return its exit status."""
+        if kill and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        status = self.proc.wait()
+        self.proc.stdout.close()
+        self._stderr.join(timeout=5)
+        self.proc.stderr.close()
+        return status

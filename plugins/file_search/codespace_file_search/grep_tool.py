@@ -1,0 +1,138 @@
+"""The ``grep`` tool: content search with ripgrep, kept inside what the policy lets the agent read.
+
+Three hops: the gateway checks ``path``; :mod:`.grep_target` opens it and checks the
+object opened; rg runs on that object with the policy's hidden paths excluded from
+its walk (:mod:`.grep_argv`), no links followed, no config or ignore files outside
+the searched tree read; :mod:`.grep_process` and :mod:`.grep_collect` bound what
+comes back.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+from codespace.contract import ToolCall, ToolDefinition, ToolError, run_cancellable
+
+from . import grep_cursor
+from .grep_argv import build_argv, hidden_below, rg_binary
+from .grep_collect import Collector
+from .grep_models import DEFAULT_MAX_BYTES, DEFAULT_MAX_MATCHES, GrepArgs, GrepResult
+from .grep_process import RgRun, Stopped
+from .grep_target import Target, open_target
+
+DESCRIPTION = (
+    "Search file contents (like ripgrep) under a directory or in one file: regex or literal, include/exclude "
+    "globs, optional .gitignore, context lines, case sensitive/insensitive/smart. Files come in path order; "
+    "binary files are skipped and counted; paths the policy hides are never searched. Bounded by max_matches, "
+    "max_bytes and timeout_ms; when truncated, pass next_cursor to continue."
+)
+
+
+def search(args: GrepArgs, rules, limits, cancel: threading.Event | None = None) -> dict:  # noqa: ANN001
+    """The whole search, blocking: the ``grep`` result as plain data."""
+    resume = grep_cursor.decode(args)
+    target = open_target(args.path, rules)
+    try:
+        hidden = hidden_below(rules, target.real) if target.is_dir else []
+        argv = [rg_binary(), *build_argv(args, hidden, single_file=not target.is_dir)]
+        return _run(args, argv, target, resume, limits, cancel)
+    finally:
+        target.close()
+
+
+def _collector(args: GrepArgs, limits, resume, target: Target) -> Collector:  # noqa: ANN001
+    before = args.context if args.before is None else args.before
+    after = args.context if args.after is None else args.after
+    return Collector(
+        before=before, after=after,
+        max_matches=min(args.max_matches or DEFAULT_MAX_MATCHES, limits.walk_max_entries),
+        max_bytes=min(args.max_bytes or DEFAULT_MAX_BYTES, limits.walk_max_response_bytes),
+        max_line_chars=args.max_line_chars, resume=resume,
+        single_name=None if target.is_dir else os.fsencode(target.name),
+    )
+
+
+def _run(args: GrepArgs, argv: list[str], target: Target, resume, limits, cancel) -> dict:  # noqa: ANN001
+    collect = _collector(args, limits, resume, target)
+    deadline = time.monotonic() + args.timeout_ms / 1000
+    cwd = f"/proc/{os.getpid()}/fd/{target.fd}" if target.is_dir else "/"
+    run = RgRun(argv, cwd=cwd, stdin=subprocess.DEVNULL if target.is_dir else target.fd,
+                deadline=deadline, cancel=cancel)
+    stopped_early = True
+    try:
+        for record in run.records(collect.oversize):
+            if not collect.feed(record):
+                break
+        else:
+            stopped_early = False
+    except Stopped as stop:
+        if stop.reason == "cancelled":
+            run.stop(kill=True)
+            raise ToolError(f"the search of {args.path} was cancelled", code="cancelled") from None
+        collect.truncated_reason = f"timeout_ms ({args.timeout_ms} ms)"
+    status = run.stop(kill=stopped_early)
+    if not stopped_early and status == 2 and not collect.saw_output:
+        raise _rg_failure(args, run.failure)
+    return _result(args, collect, run, resume)
+
+
+def _rg_failure(args: GrepArgs, lines: list[bytes]) -> ToolError:
+    text = "\n".join(line.decode("utf-8", "replace") for line in lines)[:2000] or "rg exited with status 2"
+    if "regex parse error" in text or "regex" in text.split("\n", 1)[0]:
+        return ToolError(f"pattern is not a valid regular expression (Rust regex syntax): {text}\nTo proceed: fix "
+                         "the pattern, or pass literal=true to search for the text as it is.",
+                         code="invalid_pattern", details={"argument": "pattern"})
+    if "glob" in text:
+        return ToolError(f"a glob in include or exclude is not valid: {text}\nTo proceed: fix the glob "
+                         "(gitignore syntax).", code="invalid_argument", details={"argument": "include/exclude"})
+    return ToolError(f"grep failed: {text}", code="grep_failed")
+
+
+def _result(args: GrepArgs, collect: Collector, run: RgRun, resume) -> dict:  # noqa: ANN001
+    skipped = collect.skipped + [
+        {"path": "", "reason": line.decode("utf-8", "backslashreplace")[:500]}
+        for line in run.failure if line.startswith(b"rg: ")
+    ]
+    truncated = collect.truncated_reason is not None
+    position = collect.last or resume
+    return {
+        "path": args.path, "matches": collect.matches, "files_with_matches": len(collect.files),
+        "binary_files_skipped": run.binary_files, "truncated": truncated,
+        "truncated_reason": collect.truncated_reason,
+        "next_cursor": grep_cursor.encode(args, position) if truncated and position is not None else None,
+        "skipped": skipped,
+    }
+
+
+async def grep(call: ToolCall, args: GrepArgs) -> GrepResult:
+    rules, limits = call.workspace.paths, call.workspace.limits
+    data = await run_cancellable(lambda cancel: search(args, rules, limits, cancel))
+    return GrepResult.model_validate(data)
+
+
+def render(result: GrepResult) -> str:
+    """grep -n -like lines: ``path:line:text`` for matches, ``path-line-text`` for context."""
+    head = f"{len(result.matches)} matches in {result.files_with_matches} files"
+    if result.binary_files_skipped:
+        head += f", {result.binary_files_skipped} binary files skipped"
+    if result.truncated:
+        head += f" (truncated: {result.truncated_reason}; pass next_cursor to continue)"
+    lines = [head]
+    for m in result.matches:
+        lines += [f"{m.path}-{c.line_number}-{c.line}" for c in m.before]
+        lines.append(f"{m.path}:{m.line_number}:{m.line}")
+        lines += [f"{m.path}-{c.line_number}-{c.line}" for c in m.after]
+    lines += [f"skipped: {s.path}: {s.reason}" if s.path else f"skipped: {s.reason}" for s in result.skipped]
+    if result.next_cursor:
+        lines.append(f"next_cursor: {result.next_cursor}")
+    return "\n".join(lines)
+
+
+def grep_tool() -> ToolDefinition:
+    return ToolDefinition(
+        name="grep", title="Search file contents", description=DESCRIPTION, arguments=GrepArgs,
+        result=GrepResult, handler=grep, read_only=True, paths={"path": "read"}, render=render,
+    )
