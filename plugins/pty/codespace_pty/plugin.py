@@ -23,3 +23,10 @@ def codespace_doctor(workspace):  # noqa: ANN001, ANN201
         return [Check("pseudo-terminals", False, f"/dev/ptmx: {exc.strerror}", "mount devpts (tty: true needs it)")]
     os.close(fd)
     return [Check("pseudo-terminals", True, "/dev/ptmx opens")]
+
+
+@hookimpl
+def codespace_pin_checks():  # noqa: ANN201
+    from .pin_compare import PIN_CHECK  # loads only in pin-check runs, never in the server
+
+    return [PIN_CHECK]
