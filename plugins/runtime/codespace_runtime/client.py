@@ -1,0 +1,226 @@
+"""The server's side of protocol 5: one authenticated connection to a worker, many calls on it.
+
+Calls are multiplexed by id: each waits for its own answer while a reader task delivers
+answers and notifications as they come. When the connection drops, every call still waiting
+fails with :class:`WorkerGone`, saying whether its request had been sent (it may have run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+
+from pydantic import ValidationError
+
+from . import protocol as p
+from .framing import FrameError, recv_frame, send_frame
+
+_log = logging.getLogger("codespace_runtime.client")
+NotificationCallback = Callable[[str, dict, list[int]], None]
+
+
+class WorkerError(Exception):
+    """The worker could not be talked to (handshake failed, protocol broken)."""
+
+
+class WorkerCallError(WorkerError):
+    """The worker answered a call with an error."""
+
+    def __init__(self, code: str, message: str, dispatched: bool, data: dict | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.dispatched = dispatched
+        self.data = data or {}
+
+
+class WorkerGone(WorkerError):
+    """The connection dropped before the answer came. ``dispatched``: the request had been sent
+    whole, so the worker may have run it."""
+
+    def __init__(self, dispatched: bool, reason: str = "the connection to the worker closed") -> None:
+        super().__init__(f"{reason} ({'the request was sent and may have run' if dispatched else 'the request was not sent'})")
+        self.dispatched = dispatched
+
+
+async def read_greeting(sock: socket.socket) -> p.Greeting:
+    try:
+        obj, fds = await recv_frame(sock)
+    except EOFError:
+        raise WorkerError("the worker closed the connection before greeting (is this uid allowed to connect?)") from None
+    except FrameError as exc:
+        raise WorkerError(f"the worker's greeting could not be read: {exc.message}") from None
+    _close(fds)
+    try:
+        return p.Greeting.model_validate(obj)
+    except ValidationError:
+        raise WorkerError(f"not a protocol-5 worker: its first frame is not a greeting ({str(obj)[:200]})") from None
+
+
+async def request_once(sock: socket.socket, request_id: int, method: str, params: dict) -> dict:
+    """Send one request and read frames until its answer (before the reader task exists)."""
+    await send_frame(sock, {"id": request_id, "method": method, "params": params})
+    while True:
+        try:
+            obj, fds = await recv_frame(sock)
+        except EOFError:
+            raise WorkerGone(True, f"the worker closed the connection during {method!r}") from None
+        except FrameError as exc:
+            raise WorkerError(f"the worker's answer to {method!r} could not be read: {exc.message}") from None
+        _close(fds)
+        if obj.get("id") == request_id:
+            return _result(obj)
+
+
+async def fetch_status(sock: socket.socket) -> dict:
+    """The worker's pre-hello ``status`` (versions and liveness), with no token."""
+    sock.setblocking(False)
+    greeting = await read_greeting(sock)
+    return {**await request_once(sock, 0, "status", {}), "greeting_protocols": greeting.protocols}
+
+
+class WorkerClient:
+    def __init__(self, sock: socket.socket, welcome: p.Welcome) -> None:
+        self.sock = sock
+        self.welcome = welcome
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future] = {}
+        self._write = asyncio.Lock()
+        self._callbacks: list[NotificationCallback] = []
+        self._gone: WorkerGone | None = None
+        self._reader = asyncio.create_task(self._read_forever())
+
+    @classmethod
+    async def connect(cls, sock: socket.socket, token: bytes, client: str) -> WorkerClient:
+        """Greeting, ``hello`` with the token's proof, ``welcome``; raises :class:`WorkerError`
+        (or :class:`WorkerCallError` for a refused hello: a version mismatch names both)."""
+        sock.setblocking(False)
+        greeting = await read_greeting(sock)
+        if p.PROTOCOL not in greeting.protocols:
+            raise WorkerError(f"protocol mismatch: this client speaks protocol {p.PROTOCOL}, the worker offers "
+                              f"{', '.join(map(str, greeting.protocols))}. To proceed: use a worker of the same "
+                              "CodeSpace release.")
+        hello = p.Hello(protocol=p.PROTOCOL, proof=p.proof(token, greeting.nonce), client=client)
+        result = await request_once(sock, 0, "hello", hello.model_dump())
+        return cls(sock, p.Welcome.model_validate(result))
+
+    def on_notification(self, fn: NotificationCallback) -> NotificationCallback:
+        """Call ``fn(method, params, fds)`` for every notification (it owns the descriptors)."""
+        self._callbacks.append(fn)
+        return fn
+
+    async def call(self, method: str, params: dict, fds: Sequence[int] = ()) -> tuple[dict, list[int]]:
+        """The result of ``method`` and the descriptors that came with it (now the caller's).
+        ``fds`` are sent and stay the caller's. Cancelling the call asks the worker to cancel it."""
+        if self._gone is not None:
+            raise WorkerGone(False, str(self._gone).split(" (")[0])
+        request_id = next(self._ids)
+        answer = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = answer
+        try:
+            async with self._write:
+                await send_frame(self.sock, {"id": request_id, "method": method, "params": params}, fds)
+        except FrameError as exc:
+            self._pending.pop(request_id, None)
+            raise WorkerCallError(p.BAD_REQUEST, f"{method} not sent: {exc.message}", False) from None
+        except (OSError, asyncio.CancelledError) as exc:
+            # A partly written frame leaves the stream out of step: the connection is unusable.
+            self._pending.pop(request_id, None)
+            self._fail_all("the connection to the worker broke while sending")
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise WorkerGone(False, f"sending {method!r} failed: {exc}") from None
+        try:
+            return await answer
+        except asyncio.CancelledError:
+            # Awaiting the future and being cancelled cancels the future too: cancelled, not answered.
+            if self._gone is None and (not answer.done() or answer.cancelled()):
+                asyncio.create_task(self._cancel_quietly(request_id))
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def _cancel_quietly(self, request_id: int) -> None:
+        try:
+            await self.call("cancel", {"id": request_id})
+        except WorkerError:
+            pass
+
+    async def _read_forever(self) -> None:
+        reason = "the worker closed the connection"
+        try:
+            while True:
+                obj, fds = await recv_frame(self.sock)
+                self._deliver(obj, fds)
+        except EOFError:
+            pass
+        except FrameError as exc:
+            reason = f"the worker sent a frame that could not be read: {exc.message}"
+        except OSError as exc:
+            reason = f"the connection to the worker failed: {exc}"
+        except asyncio.CancelledError:
+            reason = "the client was closed"
+        self._fail_all(reason)
+
+    def _deliver(self, obj: dict, fds: list[int]) -> None:
+        request_id = obj.get("id")
+        if "id" not in obj:
+            method, params = obj.get("method"), obj.get("params", {})
+            if not isinstance(method, str) or not isinstance(params, dict) or not self._callbacks:
+                _close(fds)
+                return
+            for fn in self._callbacks:
+                try:
+                    fn(method, params, fds)
+                except Exception:  # noqa: BLE001 - one bad listener must not stop the reader
+                    _log.exception("notification callback failed on %s", method)
+            return
+        answer = self._pending.get(request_id) if type(request_id) is int else None
+        if answer is None or answer.done():
+            _close(fds)
+            if request_id is None and "error" in obj:
+                _log.warning("the worker refused a frame: %s", obj["error"])
+            return
+        try:
+            answer.set_result((_result(obj), fds))
+        except WorkerCallError as exc:
+            _close(fds)
+            answer.set_exception(exc)
+
+    def _fail_all(self, reason: str) -> None:
+        self._gone = WorkerGone(True, reason)
+        for answer in self._pending.values():
+            if not answer.done():
+                answer.set_exception(WorkerGone(True, reason))
+        self._pending.clear()
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
+        self.sock.close()
+
+
+def _result(obj: dict) -> dict:
+    error = obj.get("error")
+    if error is not None:
+        try:
+            e = p.Error.model_validate(error)
+        except ValidationError:
+            raise WorkerCallError(p.BAD_REQUEST, f"the worker sent a malformed error: {str(error)[:200]}", True) from None
+        raise WorkerCallError(e.code, e.message, e.dispatched, e.data)
+    result = obj.get("result")
+    if not isinstance(result, dict):
+        raise WorkerCallError(p.BAD_REQUEST, "the worker's answer has neither a result object nor an error", True)
+    return result
+
+
+def _close(fds: Sequence[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

@@ -1,0 +1,181 @@
+"""Where a daemon worker's socket lives, how it is bound, and who is on the other end.
+
+The socket sits in ``<state dir>/worker/``: a directory this uid creates with mode 0700 and
+re-checks on every start (a real directory, ours, nobody else's bits), so the socket's own
+permissions are not the only fence. It is bound under umask 077 through a descriptor of the
+checked directory, which also settles ``sun_path``'s 108 bytes: when the path is longer, the
+address is ``/proc/self/fd/<dirfd>/worker.sock`` (the kernel follows that link to the directory
+we opened, so nothing can be swapped in between the check and the bind).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+
+SOCKET_DIR = "worker"
+SOCKET_NAME = "worker.sock"
+SUN_PATH_MAX = 107
+"""Bytes of a path ``sun_path`` holds (108 with the terminating NUL)."""
+LISTEN_BACKLOG = 64
+
+
+class PlacementError(Exception):
+    """The socket cannot be placed safely; the message names the path and what to do."""
+
+
+class AlreadyServing(PlacementError):
+    """A live worker answers at the socket's path."""
+
+
+def socket_dir(state_dir: str | os.PathLike[str]) -> Path:
+    """``<state_dir>/worker``, created 0700 if absent, refused unless it is a real directory
+    owned by this uid that nobody else may enter."""
+    path = Path(state_dir) / SOCKET_DIR
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    fd = open_dir(path)
+    os.close(fd)
+    return path
+
+
+def open_dir(path: str | os.PathLike[str]) -> int:
+    """An ``O_PATH`` descriptor of the socket directory, after checking it (no link followed)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise PlacementError(f"socket directory {path} refused: it is not a directory (a symbolic link or "
+                                 "a file is there). To proceed: remove it; the worker creates a fresh one.") from None
+        raise PlacementError(f"socket directory {path} cannot be opened: {exc.strerror}") from None
+    info = os.fstat(fd)
+    problem = None
+    if info.st_uid != os.geteuid():
+        problem = f"it belongs to uid {info.st_uid}, not to this worker's uid {os.geteuid()}"
+    elif info.st_mode & 0o077:
+        problem = f"its mode is {stat.S_IMODE(info.st_mode):04o}; others may enter it"
+    if problem is not None:
+        os.close(fd)
+        raise PlacementError(f"socket directory {path} refused: {problem}. To proceed: remove it "
+                             "(the worker creates a fresh 0700 one) or chmod 700 it.")
+    return fd
+
+
+def address(dir_fd: int, path: Path) -> str:
+    """The address to bind or connect: the path itself when ``sun_path`` holds it, else the
+    path through the directory's descriptor."""
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        return str(path)
+    short = f"/proc/self/fd/{dir_fd}/{path.name}"
+    if len(short) > SUN_PATH_MAX:
+        raise PlacementError(f"socket name {path.name!r} is too long even through a descriptor")
+    return short
+
+
+def bind_listener(directory: str | os.PathLike[str], name: str = SOCKET_NAME) -> tuple[socket.socket, int]:
+    """A listening socket at ``directory/name`` and its inode (for :func:`unlink_if_ours`).
+    A stale socket there (one that refuses connections) is removed first; a live one raises
+    :class:`AlreadyServing`; anything that is not a socket raises :class:`PlacementError` and
+    is left alone."""
+    path = Path(directory) / name
+    dir_fd = open_dir(directory)
+    try:
+        _clear_stale(dir_fd, path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        # umask is the process's; the worker binds before it starts any thread.
+        previous = os.umask(0o077)
+        try:
+            sock.bind(address(dir_fd, path))
+        except OSError as exc:
+            sock.close()
+            raise PlacementError(f"cannot bind the worker socket {path}: {exc.strerror}") from None
+        finally:
+            os.umask(previous)
+        sock.listen(LISTEN_BACKLOG)
+        inode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_ino
+        return sock, inode
+    finally:
+        os.close(dir_fd)
+
+
+def _clear_stale(dir_fd: int, path: Path) -> None:
+    try:
+        info = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise PlacementError(f"{path} exists and is not a socket; it is left alone. To proceed: move it away "
+                             "if nothing needs it, then start the worker again.")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
+    try:
+        probe.connect(address(dir_fd, path))
+    except ConnectionRefusedError:
+        os.unlink(path.name, dir_fd=dir_fd)  # nobody listens: a dead worker's socket
+        return
+    except BlockingIOError:
+        pass  # a full backlog: somebody is listening
+    finally:
+        probe.close()
+    raise AlreadyServing(f"a worker is already serving at {path}. To proceed: use it, or stop it first "
+                         "(codespace-worker stop --workspace DIR).")
+
+
+def remove_stale(directory: str | os.PathLike[str], name: str = SOCKET_NAME) -> None:
+    """Remove ``directory/name`` if it is a socket nobody listens on; raises like :func:`bind_listener`."""
+    dir_fd = open_dir(directory)
+    try:
+        _clear_stale(dir_fd, Path(directory) / name)
+    finally:
+        os.close(dir_fd)
+
+
+def unlink_if_ours(directory: str | os.PathLike[str], inode: int, name: str = SOCKET_NAME) -> bool:
+    """Remove ``directory/name`` if it is still the socket we bound (not a successor's)."""
+    try:
+        dir_fd = open_dir(directory)
+    except PlacementError:
+        return False
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISSOCK(info.st_mode) and info.st_ino == inode:
+            os.unlink(name, dir_fd=dir_fd)
+            return True
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(dir_fd)
+    return False
+
+
+def connect(path: str | os.PathLike[str]) -> socket.socket:
+    """A connected, non-blocking socket to the worker at ``path`` (a long path is reached
+    through its directory's descriptor)."""
+    path = Path(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        if len(os.fsencode(path)) <= SUN_PATH_MAX:
+            sock.connect(str(path))
+        else:
+            dir_fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                sock.connect(address(dir_fd, path))
+            finally:
+                os.close(dir_fd)
+    except BaseException:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process that connected (the kernel's record, not the peer's word)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
