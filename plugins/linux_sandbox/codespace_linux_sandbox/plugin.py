@@ -100,6 +100,13 @@ def _identity(sandbox: LinuxSandbox) -> tuple[bool, str, str]:
 
 
 @hookimpl
+def codespace_pin_checks():
+    from .pin_check import checks  # the check's modules load only for `codespace pins check`
+
+    return checks()
+
+
+@hookimpl
 def codespace_doctor(workspace):
     sandbox = LinuxSandbox.for_workspace(workspace)
     info = sandbox.info()
