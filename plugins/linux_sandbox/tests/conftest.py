@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from codespace_linux_sandbox import pin_sides
 from codespace_linux_sandbox.backend import LinuxSandbox, choose_engine, interpreter
 
 from codespace.contract import CommandSpec
@@ -20,7 +21,7 @@ from codespace.testing import open_workspace
 from codespace.workspace import Workspace
 
 TESTS = Path(__file__).parent
-PROBE = TESTS / "probe.py"
+PROBE = Path(pin_sides.PROBE)  # the pin check runs the same probe
 ENGINES = ("bubblewrap", "landlock")
 STARTS = ("wrap", "launch")  # a helper spawned per command / forked by the warm helper (the fast path)
 READ_ONLY = '[filesystem.paths]\n"." = "read"\n'

@@ -1,6 +1,6 @@
 """The same probe under the pinned ``codex sandbox`` (0.171.0) and under ours, row by row.
 
-Every row must agree, except those listed in DIFFERENCES with the value each side gives
+Every row must agree, except those listed in codespace_linux_sandbox.pin_listed with the value each side gives
 and why (README.md, "Differential against codex sandbox", repeats the table).
 Set CODESPACE_CODEX_BINARY to the codex executable; the default is where
 docs/upstream-0.171.0.md says it is cached.
@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from codespace_linux_sandbox import pin_listed
 from codespace_linux_sandbox.backend import interpreter
 from conftest import PROBE, READ_ONLY, WORKSPACE_WRITE, make_env
 
@@ -22,40 +23,9 @@ CODEX = Path(os.environ.get(
     Path.home() / ".cache/codespace/codex-0.171.0/package/vendor/x86_64-unknown-linux-musl/bin/codex",
 ))
 
-_PRIVATE_TMP = "CodeSpace's policy does not make /tmp writable; the command gets a private tmpfs instead"
-_MASK = "the missing-name mask is a mode-0555 tmpfs (no remount: 6x cheaper in bwrap), so EACCES not EROFS"
-_LANDLOCK_ERRNO = "Landlock refuses with EACCES where a read-only mount gives EROFS"
-_SPLIT = "Landlock cannot take rights back inside the workspace root, so the root is split around protected names"
-_LANDLOCK_TMP = "no mount namespace: the host's /tmp stays read-only, the command gets a private TMPDIR"
-_NO_MASK = "no mount namespace: the missing name is refused directly (mkdir fails), so the path stays missing"
-
-DIFFERENCES: dict[tuple[str, str], dict[str, tuple[str, str, str]]] = {
-    ("bubblewrap", "read-only"): {"write_tmp": ("ok", "EROFS", _PRIVATE_TMP)},
-    ("bubblewrap", "workspace-write"): {"create_codex": ("EACCES", "EROFS", _MASK)},
-    ("landlock", "read-only"): {
-        "write_outside": ("EACCES", "EROFS", _LANDLOCK_ERRNO),
-        "write_cwd": ("EACCES", "EROFS", _LANDLOCK_ERRNO),
-        "write_cwd_subdir": ("EACCES", "EROFS", _LANDLOCK_ERRNO),
-        "write_tmp": ("EACCES", "EROFS", _LANDLOCK_ERRNO),
-        "write_git": ("EACCES", "EROFS", _LANDLOCK_ERRNO),
-        "mkdir_codex": ("EACCES", "EROFS", _LANDLOCK_ERRNO),
-    },
-    ("landlock", "workspace-write"): {
-        "write_outside": ("EACCES", "EROFS", _LANDLOCK_ERRNO),
-        "write_cwd": ("EACCES", "ok", _SPLIT),
-        "write_tmp": ("EACCES", "ok", _LANDLOCK_TMP),
-        "write_git": ("EACCES", "EROFS", _LANDLOCK_ERRNO),
-        "create_codex": ("ENOENT", "EROFS", _NO_MASK),
-        "mkdir_codex": ("EACCES", "EEXIST", _NO_MASK),
-    },
-}
-
-
-_HOST_ROOT = ("run as root, codex leaves the command host uid 0 (user namespace mapped to 0) and bwrap leaves "
-              "/proc/sys writable; ours runs as an unprivileged uid and binds /proc/sys read-only")
-if os.geteuid() == 0:
-    for _rows in DIFFERENCES.values():
-        _rows["open_sysctl"] = ("EACCES", "ok", _HOST_ROOT)
+def expected_differences(engine: str, policy: str) -> dict[str, tuple[str, str, str]]:
+    """The listed rows (codespace_linux_sandbox.pin_listed: the pin check reports the same ones)."""
+    return pin_listed.probe_differences(engine, policy)
 
 
 def codex_probe(env, policy: str) -> dict[str, str]:
@@ -85,10 +55,10 @@ def test_probe_agrees_with_codex_row_by_row(base, engine, policy, codex_availabl
     ours = ours_env.probe()
     theirs = codex_probe(codex_env, policy)
     assert set(ours) == set(theirs)
-    expected_differences = DIFFERENCES[(engine, policy)]
+    listed = expected_differences(engine, policy)
     for row in sorted(ours):
-        if row in expected_differences:
-            our_value, their_value, _why = expected_differences[row]
+        if row in listed:
+            our_value, their_value, _why = listed[row]
             assert (ours[row], theirs[row]) == (our_value, their_value), row
         else:
             assert ours[row] == theirs[row], f"{row}: ours {ours[row]!r}, codex {theirs[row]!r}"
