@@ -1,0 +1,98 @@
+"""The ``find_files`` tool: Codex's fuzzy path search over the workspace, policy-filtered.
+
+It re-walks the search root on every call, as upstream's ``fuzzyFileSearch`` does: no
+index to keep in step with a tree that commands change behind our back, so an answer is
+never staler than the call.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from codespace.contract import ToolDefinition, ToolError, run_cancellable
+
+from .query import parse
+from .ranking import LIMIT, rank
+from .walk import Bounds, walk
+
+WALK_SECONDS = 10.0
+
+
+class FindFilesArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, max_length=1000, description=(
+        "Fuzzy path query, as Codex's file search reads it: atoms separated by spaces, each a subsequence "
+        "of the path; '^x' starts with x, 'x$' ends with x, \"'x\" contains x, '!x' must not contain x. "
+        "Case-insensitive."))
+    path: str = Field(default=".", description="Directory to search below (default: the workspace root).")
+    limit: int = Field(default=LIMIT, ge=1, le=LIMIT, description=f"Most results to return (at most {LIMIT}).")
+
+
+class FoundFile(BaseModel):
+    path: str = Field(description="Path relative to the searched directory.")
+    match_type: Literal["file", "directory"]
+    file_name: str
+    score: int = Field(description="Upstream's score: a tier in the high 16 bits above nucleo's score.")
+    indices: list[int] = Field(description="Matched character positions in path (for highlighting).")
+
+
+class FindFilesResult(BaseModel):
+    root: str = Field(description="The searched directory, absolute.")
+    files: list[FoundFile]
+    total_matches: int = Field(description="Entries that matched, of which the best are listed.")
+    entries_walked: int
+    truncated: bool = Field(description="True when a limit stopped the walk: matches beyond it are missing.")
+    truncated_reason: str | None = None
+
+
+def _search(args: FindFilesArgs, root: str, rules, limits, cancel: threading.Event) -> FindFilesResult:  # noqa: ANN001
+    query = parse(args.query)
+    bounds = Bounds(entries=limits.walk_max_entries, dirs=limits.walk_max_dirs, depth=limits.walk_max_depth,
+                    seconds=WALK_SECONDS)
+    walked = walk(root, rules, bounds, cancel)
+    if walked.cancelled:
+        raise ToolError(f"find_files in {root} was cancelled", code="cancelled")
+    found, total = rank(query, walked.entries, args.limit, cancel)
+    files = [FoundFile(path=r.path, match_type="directory" if r.is_dir else "file", file_name=r.name,
+                       score=r.score, indices=r.indices) for r in found]
+    return FindFilesResult(root=root, files=files, total_matches=total, entries_walked=len(walked.entries),
+                           truncated=walked.truncated is not None, truncated_reason=walked.truncated)
+
+
+async def find_files(call, args: FindFilesArgs) -> FindFilesResult:  # noqa: ANN001 - codespace ToolCall
+    rules = call.workspace.paths
+    root = os.path.realpath(args.path)
+    if root != args.path:
+        refusal = rules.check_exact(root, "read")
+        if refusal is not None:
+            raise ToolError(f"refused by policy: {args.path} resolves to {root}: {refusal.message}", code="refused")
+    if not os.path.isdir(root):
+        raise ToolError(f"find_files needs a directory to search, and {args.path} is not one "
+                        "(pass path as a directory, or omit it to search the workspace)", code="not_a_directory")
+    limits = call.workspace.limits
+    result = await run_cancellable(lambda cancel: _search(args, root, rules, limits, cancel))
+    return result
+
+
+def render(result: FindFilesResult) -> str:
+    lines = [f"{f.path}{'/' if f.match_type == 'directory' and f.path else ''}" for f in result.files]
+    summary = f"{len(result.files)} of {result.total_matches} matches in {result.entries_walked} entries"
+    if result.truncated:
+        summary += f"; the walk was truncated ({result.truncated_reason}), so matches may be missing"
+    return "\n".join([*lines, summary])
+
+
+def find_files_tool() -> ToolDefinition:
+    return ToolDefinition(
+        name="find_files",
+        title="Find files",
+        description=("Fuzzy-find files and directories by path, ranked as Codex ranks them (best 50). "
+                     "Hidden files are included; .gitignore applies inside git repositories and .ignore "
+                     "everywhere; paths the policy hides never appear."),
+        arguments=FindFilesArgs, result=FindFilesResult, handler=find_files, read_only=True,
+        paths={"path": "read"}, render=render,
+    )

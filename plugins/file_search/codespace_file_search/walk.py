@@ -1,0 +1,190 @@
+"""The walk find_files ranks: every file and directory below the search root, as Codex's
+file search lists them (hidden names included, ignore files applied), minus what the
+workspace policy hides, and bounded.
+
+Safety, after the fs plugin's walk: each directory is opened by name beneath its
+parent's descriptor with ``O_NOFOLLOW``, so a directory swapped for a link while the
+walk runs is refused by the kernel instead of followed. A path the policy hides is left
+out whole, its name included (checked with the gateway's own rules, ``check_exact``, at
+every entry a rule names). A link is followed only when its target is a directory inside
+the search root that the policy lets us read and that is not one of its own ancestors;
+a link leading elsewhere is listed (when its target is readable) but not entered.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .walk_ignore import Scope, ignored, in_git_repo, scopes_here
+
+_DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class Bounds:
+    entries: int = 50_000
+    dirs: int = 10_000
+    depth: int = 64
+    seconds: float = 10.0
+
+
+@dataclass
+class Walked:
+    """What a walk found: (path from the root, name, is_dir) for each entry."""
+
+    entries: list[tuple[str, str, bool]] = field(default_factory=list)
+    dirs: int = 0
+    truncated: str | None = None
+    """Which bound stopped the walk, in words; None when it saw everything."""
+    errors: int = 0
+    cancelled: bool = False
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Walk:
+    def __init__(self, root_real: str, rules, bounds: Bounds, cancel: threading.Event | None) -> None:  # noqa: ANN001
+        self.root = root_real.rstrip("/") or "/"
+        self.rules = rules
+        prefix = self.root.rstrip("/") + "/"
+        self.ruled = {r.path for r in rules.rules if r.path.startswith(prefix)} if rules is not None else set()
+        self.bounds = bounds
+        self.cancel = cancel
+        self.deadline = time.monotonic() + bounds.seconds
+        self.out = Walked()
+        self.ancestors: set[tuple[int, int]] = set()
+
+    def hidden(self, real: str) -> bool:
+        if self.rules is None:
+            return False
+        if real in self.ruled:
+            return self.rules.check_exact(real, "read") is not None
+        return False
+
+    def add(self, rel: str, name: str, is_dir: bool) -> None:
+        if len(self.out.entries) >= self.bounds.entries:
+            self.out.truncated = f"max_entries ({self.bounds.entries} entries listed)"
+            raise _Stop
+        self.out.entries.append((rel, name, is_dir))
+
+    def check_time(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            self.out.cancelled = True
+            self.out.truncated = "cancelled"
+            raise _Stop
+        if time.monotonic() > self.deadline:
+            self.out.truncated = f"time ({self.bounds.seconds:g} s)"
+            raise _Stop
+
+    def directory(self, fd: int, rel: str, real: str, depth: int, scopes: tuple[Scope, ...], in_repo: bool) -> None:
+        self.check_time()
+        if self.out.dirs >= self.bounds.dirs:
+            self.out.truncated = f"max_dirs ({self.bounds.dirs} directories read)"
+            raise _Stop
+        self.out.dirs += 1
+        st = os.fstat(fd)
+        key = (st.st_dev, st.st_ino)
+        self.ancestors.add(key)
+        try:
+            self._entries(fd, rel, real, depth, scopes, in_repo)
+        finally:
+            self.ancestors.discard(key)
+
+    def _entries(self, fd: int, rel: str, real: str, depth: int, scopes: tuple[Scope, ...], in_repo: bool) -> None:  # noqa: C901
+        try:
+            with os.scandir(fd) as it:
+                found = list(it)
+        except OSError:
+            self.out.errors += 1
+            return
+        names = {e.name for e in found}
+        if not in_repo and ".git" in names:
+            in_repo = True
+        here = scopes_here(fd, rel, in_repo) if (".ignore" in names or ".gitignore" in names) else []
+        if here:
+            scopes = (*here, *scopes)
+        pre = rel + "/" if rel else ""
+        real_pre = real.rstrip("/") + "/"
+        later = []
+        for entry in found:
+            name = entry.name
+            path = pre + name
+            target = real_pre + name
+            if self.ruled and self.hidden(target):
+                continue
+            try:
+                if entry.is_symlink():
+                    self._link(path, name, target, depth, scopes, in_repo)
+                    continue
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                self.out.errors += 1
+                continue
+            if scopes and ignored(scopes, path, is_dir):
+                continue
+            self.add(path, name, is_dir)
+            if is_dir:
+                later.append((name, path, target))
+        if depth >= self.bounds.depth:
+            if later and self.out.truncated is None:
+                self.out.truncated = f"max_depth ({self.bounds.depth}): deeper directories were not read"
+            return
+        for name, path, target in later:
+            try:
+                child = os.open(name, _DIR_OPEN, dir_fd=fd)
+            except OSError:
+                self.out.errors += 1  # replaced or removed while the walk ran: not entered
+                continue
+            try:
+                self.directory(child, path, target, depth + 1, scopes, in_repo)
+            finally:
+                os.close(child)
+
+    def _link(self, path: str, name: str, link: str, depth: int, scopes: tuple[Scope, ...], in_repo: bool) -> None:
+        real = os.path.realpath(link)
+        if self.rules is not None and self.rules.check_exact(real, "read") is not None:
+            return  # where it leads is hidden: not even its kind is shown
+        try:
+            st = os.stat(real)
+        except OSError:
+            return  # dangling: upstream's walker skips it too
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if is_dir and (st.st_dev, st.st_ino) in self.ancestors:
+            return  # a loop: upstream's walker reports it as an error and lists nothing
+        if scopes and ignored(scopes, path, is_dir):
+            return
+        self.add(path, name, is_dir)
+        inside = real == self.root or real.startswith(self.root.rstrip("/") + "/")
+        if not is_dir or not inside or depth >= self.bounds.depth:
+            return
+        try:
+            fd = os.open(real, _DIR_OPEN)
+        except OSError:
+            self.out.errors += 1
+            return
+        try:
+            self.directory(fd, path, real, depth + 1, scopes, in_repo)
+        finally:
+            os.close(fd)
+
+
+def walk(root_real: str, rules=None, bounds: Bounds | None = None,  # noqa: ANN001 - codespace PathRules
+         cancel: threading.Event | None = None) -> Walked:
+    """Every entry below ``root_real`` (a resolved directory path), the root itself first
+    as ``("", "", True)`` as upstream lists it."""
+    state = _Walk(root_real, rules, bounds or Bounds(), cancel)
+    fd = os.open(root_real, _DIR_OPEN)
+    try:
+        state.out.entries.append(("", "", True))
+        state.directory(fd, "", root_real, 1, (), in_git_repo(root_real))
+    except _Stop:
+        pass
+    finally:
+        os.close(fd)
+    return state.out

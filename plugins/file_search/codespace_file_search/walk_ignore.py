@@ -1,0 +1,76 @@
+"""Ignore files as Codex's file search applies them: ``.ignore`` everywhere, ``.gitignore``
+only inside a git repository (a ``.git`` in the directory or an ancestor), deeper files
+and ``.ignore`` over ``.gitignore`` in the same directory, ``!`` re-including."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pathspec
+
+MAX_IGNORE_BYTES = 1 << 20  # an ignore file larger than this is not read (it would only cost time)
+
+
+@dataclass(frozen=True)
+class Scope:
+    base: str
+    """Walk-relative directory the file sits in ('' for the root), with a trailing '/'."""
+    spec: pathspec.GitIgnoreSpec
+
+
+def _read_at(dir_fd: int, name: str) -> list[str] | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not (st.st_mode & 0o170000 == 0o100000) or st.st_size > MAX_IGNORE_BYTES:
+            return None
+        data = os.read(fd, MAX_IGNORE_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").splitlines()
+
+
+def scopes_here(dir_fd: int, rel: str, in_repo: bool) -> list[Scope]:
+    """This directory's ignore scopes, the one that wins first."""
+    base = rel + "/" if rel else ""
+    found = []
+    for name, applies in ((".ignore", True), (".gitignore", in_repo)):
+        if not applies:
+            continue
+        lines = _read_at(dir_fd, name)
+        if lines:
+            try:
+                found.append(Scope(base, pathspec.GitIgnoreSpec.from_lines(lines)))
+            except Exception:  # noqa: BLE001 - a malformed ignore file ignores nothing, as upstream's walker does
+                continue
+    return found
+
+
+def ignored(scopes: tuple[Scope, ...], rel: str, is_dir: bool) -> bool:
+    """Whether the deepest scope with an opinion on ``rel`` ignores it."""
+    for scope in scopes:  # deepest first
+        if not rel.startswith(scope.base):
+            continue
+        sub = rel[len(scope.base):]
+        result = scope.spec.check_file(sub + "/" if is_dir else sub)
+        if result.include is not None:
+            return bool(result.include)
+    return False
+
+
+def in_git_repo(real_dir: str) -> bool:
+    """Whether ``real_dir`` or an ancestor holds ``.git``."""
+    path = real_dir
+    while True:
+        if os.path.lexists(os.path.join(path, ".git")):
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent

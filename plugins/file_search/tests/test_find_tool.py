@@ -1,0 +1,101 @@
+"""find_files through a real in-process MCP server: ranking, policy-hidden paths, links out of
+the root, truncation, cancellation and bad arguments."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from codespace.testing import call_error, call_ok
+from codespace_file_search.walk import walk
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def enabled_plugins() -> tuple[str, ...]:
+    return ("file_search",)
+
+
+def _touch(root: Path, *paths: str) -> None:
+    for rel in paths:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x\n")
+
+
+async def test_ranks_as_upstream(ws, mcp_client):
+    _touch(ws, "main", "d/Main", "Mainx", "src/Foo/main.rs")
+    (ws / "Main").mkdir()
+    async with mcp_client() as client:
+        got = await call_ok(client, "find_files", {"query": "main"})
+    # Scores as the pinned binary's fuzzyFileSearch gives them for this tree.
+    assert [(f["path"], f["match_type"], f["score"], f["indices"]) for f in got["files"]] == [
+        ("d/Main", "file", 196717, [2, 3, 4, 5]), ("main", "file", 196717, [0, 1, 2, 3]),
+        ("Main", "directory", 131181, [0, 1, 2, 3]), ("Mainx", "file", 65645, [0, 1, 2, 3]),
+        ("src/Foo/main.rs", "file", 65645, [8, 9, 10, 11]),
+    ]
+    assert got["root"] == str(ws) and not got["truncated"] and got["total_matches"] == 5
+
+
+async def test_policy_hidden_paths_never_appear(ws, mcp_client):
+    _touch(ws, "main.py", "secret/main.py", "secret/deeper/main_notes.txt", "main_token.txt", "ok/main.md")
+    os.symlink("secret", ws / "main_link")  # a link into the hidden area: not listed either
+    policy = '[filesystem]\npaths = { "secret" = "none", "main_token.txt" = "none" }\n'
+    async with mcp_client(policy=policy) as client:
+        for query in ("main", "secret", "token", " ", "!zzz"):
+            got = await call_ok(client, "find_files", {"query": query})
+            paths = [f["path"] for f in got["files"]]
+            assert not [p for p in paths if "secret" in p or "token" in p or "main_link" in p], (query, paths)
+        assert [f["path"] for f in (await call_ok(client, "find_files", {"query": "main"}))["files"]] == [
+            "main.py", "ok/main.md"]
+        err = await call_error(client, "find_files", {"query": "main", "path": "secret"})
+        assert "refused by policy" in err["message"] and "secret" in err["message"]
+
+
+async def test_links_out_of_the_root_are_not_entered(ws, tmp_path, mcp_client):
+    outside = tmp_path / "outside"
+    _touch(outside, "main_outside.txt")
+    _touch(ws, "real/main_inside.txt")
+    os.symlink(outside, ws / "out")
+    os.symlink("real", ws / "inner")
+    async with mcp_client() as client:
+        got = await call_ok(client, "find_files", {"query": "main"})
+    paths = [f["path"] for f in got["files"]]
+    assert "out/main_outside.txt" not in paths and not [p for p in paths if "outside" in p]
+    assert sorted(paths) == ["inner/main_inside.txt", "real/main_inside.txt"]  # inside the root: followed
+
+
+async def test_truncation_is_reported(ws, mcp_client):
+    _touch(ws, *[f"d{i}/f{j}.txt" for i in range(5) for j in range(5)])
+    async with mcp_client(policy="[limits]\nwalk_max_entries = 7\n") as client:
+        got = await call_ok(client, "find_files", {"query": "f"})
+    assert got["truncated"] and "max_entries" in got["truncated_reason"] and got["entries_walked"] == 7
+
+
+@pytest.mark.parametrize("arguments, words", [
+    ({"query": ""}, "query"),
+    ({"query": "a", "limit": 0}, "limit"),
+    ({"query": "a", "limit": 51}, "limit"),
+    ({"query": "a", "unknown": 1}, "unknown"),
+    ({"query": "a", "path": "file.txt"}, "not one"),
+    ({"query": "a", "path": "missing"}, "missing"),
+])
+async def test_bad_arguments_get_clear_errors(ws, mcp_client, arguments, words):
+    _touch(ws, "file.txt")
+    async with mcp_client() as client:
+        err = await call_error(client, "find_files", arguments)
+        assert words in err["message"], err
+        assert (await call_ok(client, "find_files", {"query": "file"}))["files"]  # the server is still up
+
+
+def test_walk_stops_when_cancelled(tmp_path):
+    _touch(tmp_path, *[f"d{i}/f{j}" for i in range(20) for j in range(20)])
+    cancel = threading.Event()
+    cancel.set()
+    walked = walk(str(tmp_path), cancel=cancel)
+    assert walked.cancelled and walked.truncated == "cancelled" and len(walked.entries) < 50
+    assert len(walk(str(tmp_path)).entries) == 1 + 20 + 400

@@ -1,0 +1,27 @@
+"""The pin check itself, against the pinned binary (skipped when it is not in the cache)."""
+
+from __future__ import annotations
+
+import pytest
+
+from codespace.contract import OracleUnavailable, PinCheckRequest, codex_binary
+from codespace_file_search.pin import compare, pin_check
+
+
+def test_compare_lists_only_the_deliberate_differences():
+    row = ("a", "file", 10, [0])
+    assert compare([row], [row]) == (None, None)
+    detail, listed = compare([row], [row, ("outward/main", "file", 9, [0])])
+    assert listed and "outward" in detail
+    detail, listed = compare([row], [("a", "file", 11, [0])])
+    assert listed is None and "#0" in detail
+
+
+def test_pin_check_runs_against_the_binary():
+    try:
+        codex = codex_binary("0.171.0", fetch=False)
+    except OracleUnavailable as exc:
+        pytest.skip(str(exc))
+    report = pin_check().run(PinCheckRequest(release="rust-v0.171.0", codex=codex, seed=171, cases=5,
+                                             log=lambda line: None))
+    assert report.unavailable is None and report.cases == 20
