@@ -1,0 +1,292 @@
+"""Starting, watching and replacing the server's worker.
+
+Child mode: the server starts ``codespace-worker serve --fd N`` on one end of a socket pair;
+the worker hardens itself and dies with the server (parent-death signal). When it dies, the
+calls it had end with what is known (sent, so they may have run; or not sent), and the next
+call starts a new one. Daemon mode: the server attaches to the workspace's daemon socket and
+reconnects at the next call after a drop; it never starts or stops the daemon.
+
+What happened last is kept in ``<state dir>/worker/child-status.json`` as well, so that
+``codespace doctor`` (another process) can say that a server's worker died.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from codespace.contract import RunnerLost, ToolError
+
+from . import daemon, sockets, tokens
+from .client import WorkerClient, WorkerError, WorkerGone
+from .protocol import PROTOCOL
+from .runner import POLICY_ENV, policy_digest
+
+CLIENT_NAME = "codespace-server"
+START_TIMEOUT_S = 20.0
+STOP_GRACE_S = 0.5
+STATUS_FILE = "child-status.json"
+WORKER_SCRIPT = "codespace-worker"
+
+
+def worker_command() -> list[str]:
+    """The worker executable of this environment (beside the interpreter, as pip installs it)."""
+    beside = os.path.join(os.path.dirname(sys.executable), WORKER_SCRIPT)
+    found = beside if os.access(beside, os.X_OK) else shutil.which(WORKER_SCRIPT)
+    if found is None:
+        raise ToolError(f"{WORKER_SCRIPT} is neither beside {sys.executable} nor on PATH; reinstall "
+                        "codespace-runtime (pip install ./plugins/runtime), or set runtime.worker = \"off\"",
+                        code="worker_unavailable")
+    return [found]
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "its connection closed while the process still ran"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return f"exited with status {code}"
+
+
+class Worker:
+    """One workspace's worker, as the server reaches it: :meth:`call` starts or reconnects as
+    needed and turns a lost worker into :class:`RunnerLost`."""
+
+    mode = "child"
+
+    def __init__(self, workspace: Any) -> None:
+        self.workspace = workspace
+        self._client: WorkerClient | None = None
+        self._lock: asyncio.Lock | None = None
+        self.pid: int | None = None
+        self.starts = 0
+        self.last_failure: str | None = None
+        self.stopped = False
+        self.expected_digest = policy_digest(getattr(workspace, "policy_path", None))
+
+    # -- state --------------------------------------------------------------------
+
+    def serving(self) -> bool:
+        # _gone: set by the client's reader once the connection has dropped.
+        return self._client is not None and getattr(self._client, "_gone", None) is None and self._process_alive()
+
+    def _note_idle_death(self) -> None:
+        """A worker that died between calls: say so (workspace_info, doctor) before replacing it."""
+        if self._client is not None and not self.serving() and not self.stopped:
+            self.last_failure = f"the {self.mode} worker (pid {self.pid}) {self._exit_now()} while idle"
+            self._record()
+
+    def _exit_now(self) -> str:
+        return "closed the connection"
+
+    def _process_alive(self) -> bool:
+        return True
+
+    def status(self) -> dict[str, Any]:
+        self._note_idle_death()
+        return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        serving = self.serving()
+        state = "serving" if serving else ("died" if self.last_failure else "not started")
+        out: dict[str, Any] = {
+            "worker": self.mode, "serving": serving, "state": state, "pid": self.pid if serving else None,
+            "protocol": PROTOCOL if serving else None, "serves": ["files", "patch"], "commands": "server",
+            "starts": self.starts,
+        }
+        if self.last_failure:
+            out["last_failure"] = self.last_failure
+        return out
+
+    def _record(self) -> None:
+        try:
+            directory = sockets.socket_dir(self.workspace.ensure_state_dir())
+            tmp = directory / f".{STATUS_FILE}.{os.getpid()}"
+            tmp.write_text(json.dumps({**self._snapshot(), "server_pid": os.getpid(), "at": time.time()}))
+            os.replace(tmp, directory / STATUS_FILE)
+        except OSError:
+            pass  # a report for the doctor; never a reason to fail a call
+
+    # -- calls --------------------------------------------------------------------
+
+    async def client(self) -> WorkerClient:
+        if self.serving():
+            return self._client  # type: ignore[return-value]
+        if self.stopped:
+            raise RunnerLost("the server is shutting down; its worker has stopped. Retry once it is back.",
+                             dispatched=False)
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if not self.serving():
+                self._note_idle_death()
+                await self._discard()
+                try:
+                    self._client = await asyncio.wait_for(self._connect(), START_TIMEOUT_S)
+                except (WorkerError, OSError, TimeoutError, sockets.PlacementError, tokens.TokenError, ToolError) as exc:
+                    self.last_failure = f"the {self.mode} worker could not be started: {exc}"
+                    self._record()
+                    raise RunnerLost(self.last_failure + ". Nothing ran; retry, or see the server's log (the "
+                                     "worker writes to its stderr).", dispatched=False) from None
+                self.starts += 1
+                try:
+                    await self._check_digest()
+                except BaseException:
+                    await self._discard()
+                    raise
+                finally:
+                    self._record()
+        return self._client  # type: ignore[return-value]
+
+    async def _check_digest(self) -> None:
+        # The runner's own report: the policy it judges requests by (the welcome's digest is the
+        # worker's, taken before the runner loaded the file the server named).
+        status, _ = await self._client.call("status", {})  # type: ignore[union-attr]
+        got = status.get("policy_digest", self._client.welcome.policy_digest)  # type: ignore[union-attr]
+        if got != self.expected_digest:
+            self.last_failure = (f"the worker loaded a different policy (digest {got}) than this server "
+                                 f"(digest {self.expected_digest})")
+            raise RunnerLost(self.last_failure + "; nothing ran. Start the server and the worker with the same "
+                             "policy file.", dispatched=False)
+
+    async def call(self, method: str, params: dict, what: str) -> dict:
+        client = await self.client()
+        try:
+            result, fds = await client.call(method, params)
+        except WorkerGone as gone:
+            raise await self._lost(gone, what) from None
+        for fd in fds:
+            os.close(fd)
+        return result
+
+    async def _lost(self, gone: WorkerGone, what: str) -> RunnerLost:
+        how = await self._how_it_ended()
+        self.last_failure = f"the {self.mode} worker (pid {self.pid}) {how} during {what}"
+        self._record()
+        if gone.dispatched:
+            tail = ("the request had been sent, so it may have run: check its effects (read the file, stat the "
+                    "path) before retrying")
+        else:
+            tail = "the request was not sent, so nothing ran: retry it"
+        again = "a new worker starts at the next call" if self.mode == "child" else "the next call reconnects"
+        return RunnerLost(f"{self.last_failure}; {tail} ({again}).", dispatched=gone.dispatched,
+                          details={"worker_pid": self.pid, "worker": self.mode, "ended": how})
+
+    async def _how_it_ended(self) -> str:
+        return "closed the connection"
+
+    async def _discard(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _connect(self) -> WorkerClient:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        self.stopped = True
+        await self._discard()
+
+
+class ChildWorker(Worker):
+    """``worker = "child"``: a worker process of this server, on a socket pair."""
+
+    mode = "child"
+
+    def __init__(self, workspace: Any) -> None:
+        super().__init__(workspace)
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._token_file: Path | None = None
+
+    def _process_alive(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def _exit_now(self) -> str:
+        return describe_exit(None if self._popen is None else self._popen.poll())
+
+    async def _connect(self) -> WorkerClient:
+        directory = sockets.socket_dir(self.workspace.ensure_state_dir())
+        self._token_file = directory / f"child-{os.getpid()}.token"
+        self._token_file.unlink(missing_ok=True)
+        tokens.create_token(self._token_file)
+        token = tokens.load_token(self._token_file)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = dict(os.environ, CODESPACE_STATE_DIR=str(self.workspace.state_dir))
+        env[POLICY_ENV] = str(self.workspace.policy_path or "")
+        argv = [*worker_command(), "serve", "--workspace", str(self.workspace.root), "--fd", str(theirs.fileno()),
+                "--token-file", str(self._token_file)]
+        try:
+            # From the event loop's thread: the parent-death signal follows the thread that forked.
+            self._popen = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                           stdout=2, env=env, start_new_session=True)
+        finally:
+            theirs.close()
+        self.pid = self._popen.pid
+        try:
+            return await WorkerClient.connect(ours, token, CLIENT_NAME)
+        except BaseException:
+            ours.close()
+            raise
+
+    async def _how_it_ended(self) -> str:
+        if self._popen is None:
+            return "was never started"
+        for _ in range(100):  # the connection closes as the process exits: its status follows at once
+            code = self._popen.poll()
+            if code is not None:
+                return describe_exit(code)
+            await asyncio.sleep(0.01)
+        return describe_exit(None)
+
+    async def _discard(self) -> None:
+        await super()._discard()
+        popen, self._popen = self._popen, None
+        if popen is not None and popen.poll() is None:
+            popen.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_S
+            while popen.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            if popen.poll() is None:
+                popen.kill()
+                await asyncio.to_thread(popen.wait)
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self._token_file is not None:
+            self._token_file.unlink(missing_ok=True)
+        self._record()
+
+
+class DaemonAttachment(Worker):
+    """``worker = "daemon"``: the workspace's daemon (``codespace-worker start``), attached to by path."""
+
+    mode = "daemon"
+
+    async def _connect(self) -> WorkerClient:
+        # The server's own state directory (it may have been given --state-dir), daemon.py's names.
+        directory = sockets.socket_dir(self.workspace.ensure_state_dir())
+        pid = daemon.running_pid(directory / daemon.PID_FILE)
+        if pid is None:
+            raise WorkerError(f"no daemon serves {self.workspace.root} (no live {directory / daemon.PID_FILE}). "
+                              f"To proceed: run codespace-worker start --workspace {self.workspace.root}")
+        self.pid = pid
+        token = tokens.load_token(directory / daemon.TOKEN_FILE)
+        sock = await asyncio.to_thread(sockets.connect, directory / sockets.SOCKET_NAME)
+        try:
+            return await WorkerClient.connect(sock, token, CLIENT_NAME)
+        except BaseException:
+            sock.close()
+            raise

@@ -1,0 +1,214 @@
+"""The worker's runner: file operations and patches for one workspace, served over protocol 5.
+
+Built in the worker process from the workspace as the operator configured it (the policy file
+and state directory the server was started with, given on the worker's command line or
+environment, never over the socket), with the same plugins a server would load. Every request
+is judged again against that policy before a backend sees it, with the gateway's own functions
+(``codespace.contract.gate``): a request the server should not have sent is refused here.
+
+Command sessions are not served here yet: they stay in the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from codespace.contract import (
+    ListDirRequest, MakeDirRequest, MoveRequest, PatchRequest, ReadFileRequest, Refused, RemoveRequest,
+    StatRequest, ToolError, WalkRequest, WriteFileRequest, gate,
+)
+from pydantic import ValidationError
+
+from . import plugin
+from .errors_wire import NotRun
+
+Handler = Callable[[dict, list[int]], Awaitable[dict]]
+POLICY_ENV = "CODESPACE_WORKER_POLICY"
+"""The policy file the server was started with (child mode: set by the server that starts the worker)."""
+SERVES = ["files", "patch"]
+
+# method -> (request model, backend method, {field: need}); needs as the file tools declare them.
+_MODEL_METHODS: dict[str, tuple[type, str, dict[str, str]]] = {
+    "fs.read_file": (ReadFileRequest, "read_file", {"path": "read"}),
+    "fs.write_file": (WriteFileRequest, "write_file", {"path": "write"}),
+    "fs.list_dir": (ListDirRequest, "list_dir", {"path": "read"}),
+    "fs.walk": (WalkRequest, "walk", {"path": "read"}),
+    "fs.stat": (StatRequest, "stat", {"path": "read"}),
+    "fs.make_dir": (MakeDirRequest, "make_dir", {"path": "write"}),
+    "fs.move": (MoveRequest, "move", {"source": "write", "destination": "write"}),
+    "fs.remove": (RemoveRequest, "remove", {"path": "write"}),
+}
+
+
+def policy_digest(path: os.PathLike[str] | str | None) -> str | None:
+    """sha256 of the policy file's bytes (None without one): what both sides compare."""
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _parse(model: type, params: dict, method: str) -> Any:
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(params)"
+        raise NotRun(ToolError(f"{method} refused by the worker: params.{where}: {first['msg']}",
+                               code="bad_params")) from None
+
+
+class Judge:
+    """The worker's own policy check of each request (never trusting that the server did it)."""
+
+    def __init__(self, workspace: Any) -> None:
+        self.workspace = workspace
+        self.root = str(workspace.root)
+
+    def path(self, value: object) -> str:
+        if not isinstance(value, str):
+            raise NotRun(Refused("path syntax", f"refused by the worker: a path must be a string, not {value!r}"))
+        refusal = gate.path_syntax_refusal(value)
+        if refusal is None and (not value.startswith("/") or gate.normalize(value, self.root) != value):
+            refusal = Refused("path syntax", f"refused by the worker: {value!r} is not an absolute, normalised "
+                              "path (the server sends paths it has resolved against the workspace root)")
+        if refusal is not None:
+            raise NotRun(refusal)
+        return value
+
+    def paths(self, *, read: tuple[str, ...] = (), write: tuple[str, ...] = (),
+              write_through: tuple[str, ...] = ()) -> None:
+        refusal = gate.paths_refusal(self.workspace.paths, read=[self.path(p) for p in read],
+                                     write=[self.path(p) for p in write],
+                                     write_through=[self.path(p) for p in write_through])
+        if refusal is not None:
+            raise NotRun(refusal)
+
+    def request(self, request: Any, needs: Mapping[str, str]) -> None:
+        read = tuple(getattr(request, f) for f, need in needs.items() if need == "read")
+        write = tuple(getattr(request, f) for f, need in needs.items() if need == "write")
+        self.paths(read=read, write=write)
+
+
+def _model_handler(fs: Any, judge: Judge, method: str, spec: tuple[type, str, dict[str, str]]) -> Handler:
+    model, name, needs = spec
+    call = getattr(fs, name)
+
+    async def handle(params: dict, fds: list[int]) -> dict:
+        _close(fds)
+        request = _parse(model, params, method)
+        judge.request(request, needs)
+        result = await call(request)
+        return result.model_dump(mode="json")
+
+    return handle
+
+
+def _raw_handlers(fs: Any, judge: Judge) -> dict[str, Handler]:
+    """The raw calls a patcher makes, for any other user of the FileSystem contract."""
+
+    def arg(params: dict, name: str, kind: type, default: Any = ...) -> Any:
+        value = params.get(name, default)
+        if value is ... or type(value) is not kind:
+            raise NotRun(ToolError(f"the worker needs params.{name} ({kind.__name__})", code="bad_params"))
+        return value
+
+    async def read_bytes(params: dict, fds: list[int]) -> dict:
+        _close(fds)
+        path, follow = arg(params, "path", str), arg(params, "follow_symlink", bool, False)
+        judge.paths(read=(path,))
+        data = await fs.read_bytes(path, max_bytes=arg(params, "max_bytes", int), follow_symlink=follow)
+        return {"data": base64.b64encode(data).decode("ascii")}
+
+    async def write_bytes(params: dict, fds: list[int]) -> dict:
+        _close(fds)
+        path, follow = arg(params, "path", str), arg(params, "follow_symlink", bool, False)
+        judge.paths(**({"write_through": (path,)} if follow else {"write": (path,)}))
+        try:
+            data = base64.b64decode(arg(params, "data", str), validate=True)
+        except ValueError:
+            raise NotRun(ToolError("the worker needs params.data as base64", code="bad_params")) from None
+        flags = {k: arg(params, k, bool, False) for k in ("create_parents", "durable", "in_place")}
+        flags["durable"] = arg(params, "durable", bool, True)
+        await fs.write_bytes(path, data, follow_symlink=follow, **flags)
+        return {}
+
+    async def delete_file(params: dict, fds: list[int]) -> dict:
+        _close(fds)
+        path = arg(params, "path", str)
+        judge.paths(write=(path,))
+        await fs.delete_file(path)
+        return {}
+
+    async def kind(params: dict, fds: list[int]) -> dict:
+        _close(fds)
+        path = arg(params, "path", str)
+        judge.paths(read=(path,))
+        return {"kind": await fs.kind(path)}
+
+    async def sync(params: dict, fds: list[int]) -> dict:
+        _close(fds)
+        await fs.sync()
+        return {}
+
+    return {"fs.read_bytes": read_bytes, "fs.write_bytes": write_bytes, "fs.delete_file": delete_file,
+            "fs.kind": kind, "fs.sync": sync}
+
+
+def _patch_handler(workspace: Any, backends: Any, judge: Judge) -> Handler:
+    async def apply(params: dict, fds: list[int]) -> dict:
+        _close(fds)
+        request = _parse(PatchRequest, params, "patch.apply")
+        judge.path(request.cwd)
+        patcher, fs = backends.patcher(), backends.filesystem()
+        try:
+            plan = patcher.plan(request.patch, request.cwd)
+        except ToolError as exc:  # it does not parse: nothing ran
+            raise NotRun(exc) from None
+        refusal = gate.patch_targets_refusal(workspace, plan.targets)
+        if refusal is not None:
+            raise NotRun(refusal)
+        workspace.ensure_state_dir()
+        result = await patcher.apply(request, fs, workspace.patch_journal)
+        return result.model_dump(mode="json")
+
+    return apply
+
+
+def handlers_for(
+    root: str, *, policy: str | None = None, state_dir: str | None = None,
+) -> tuple[Mapping[str, Handler], Callable[[], dict]]:
+    """The worker's handlers for the workspace at ``root`` and its ``status`` callable.
+
+    ``policy``: the operator's policy file (default: ``$CODESPACE_WORKER_POLICY``, else the
+    workspace's ``.codespace/policy.toml``); ``state_dir``: default ``$CODESPACE_STATE_DIR`` or
+    the default state directory. This is the worker's entry into the runner: it tells the
+    runtime plugin that this process is the worker, so the plugin does not forward again."""
+    plugin.mark_worker_process()
+    policy = policy if policy is not None else (os.environ.get(POLICY_ENV) or None)
+    workspace = gate.open_workspace(root, policy_path=policy, state_dir=state_dir)
+    backends, failed = gate.backends(workspace)
+    fs = backends.filesystem()  # BackendMissing here: the worker cannot serve files, say so at start
+    judge = Judge(workspace)
+    handlers: dict[str, Handler] = {m: _model_handler(fs, judge, m, spec) for m, spec in _MODEL_METHODS.items()}
+    handlers.update(_raw_handlers(fs, judge))
+    handlers["patch.apply"] = _patch_handler(workspace, backends, judge)
+    digest = policy_digest(workspace.policy_path)
+    providers = getattr(backends, "providers", dict)()
+
+    def status() -> dict:
+        return {
+            "workspace": str(workspace.root), "policy_digest": digest, "serves": SERVES, "commands": "server",
+            "backends": {k: providers.get(k) for k in ("filesystem", "patcher")}, "plugin_failures": failed,
+        }
+
+    return handlers, status
