@@ -2,8 +2,9 @@
 (the contract's :class:`~codespace.contract.Backends`).
 
 With ``[runtime] worker`` other than ``"off"`` the core asks ``codespace_runner`` once per
-workspace for backends that forward to a worker process, and hands those out instead;
-without a plugin to provide them every call is refused with what to install (running
+workspace for backends that forward to a worker process, and hands those out instead; None
+from the plugin means in-process (the worker process itself is told it is the runner). With
+no plugin implementing the hook every file call is refused with what to install (running
 in-process instead would silently drop the isolation the operator asked for)."""
 
 from __future__ import annotations
@@ -49,14 +50,14 @@ class Backends:
         if self._runner is None:  # asked once per workspace
             self._runner = self._plugins.runner(self._workspace, self.in_process())
         runner, _ = self._runner
-        if runner is None:
+        if runner is None and not self._plugins.implements("codespace_runner"):
             raise BackendMissing(
                 f"the policy sets runtime.worker = {mode!r} but no plugin provides a worker; install "
                 "codespace-runtime (pip install ./plugins/runtime from the CodeSpace repository) and restart the "
                 "server, or set runtime.worker = \"off\" to run file operations in the server",
                 details={"backend": "runner", "distribution": "codespace-runtime", "rule": "runtime.worker"},
             )
-        return runner
+        return runner  # None from a plugin that implements the hook: in-process (e.g. inside the worker)
 
     def _get(self, kind: str) -> tuple[Any, str | None]:
         if kind not in self._cache:
@@ -101,6 +102,8 @@ class Backends:
             remote = self._remote()
         except BackendMissing as exc:
             return {"worker": mode, "serving": False, "serves": [], "commands": "server", "problem": exc.message}
+        if remote is None:
+            return {"worker": mode, "serving": False, "serves": [], "commands": "server", "in_worker": True}
         status = getattr(remote, "status", None)
         found = status() if callable(status) else {}
         return {"worker": mode, "serving": False, "commands": "server", **found, "plugin": self._runner[1]}

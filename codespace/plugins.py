@@ -261,6 +261,10 @@ class Plugins:
     def sandbox(self, workspace: Workspace) -> tuple[Sandbox | None, str | None]:
         return self._first("codespace_sandbox", workspace)
 
+    def implements(self, hook: str) -> bool:
+        """Does any loaded plugin implement ``hook``?"""
+        return bool(self._impls(hook))
+
     def runner(self, workspace: Workspace, local: Backends) -> tuple[Backends | None, str | None]:
         for plugin, fn in self._impls("codespace_runner"):
             try:
