@@ -42,6 +42,10 @@ from .server import build_server
 from .workspace import Workspace
 
 MODES = ("auto", "legacy")
+WORKER_ENV = "CODESPACE_TEST_WORKER"
+"""Set to ``child`` (or ``daemon``) to run every App ``build_app`` makes with that ``[runtime]
+worker`` (added to its policy, the runtime plugin added to its plugins): the same suites then
+check that the worker gives what the server gives in-process."""
 ERROR_META_KEY = "codespace/error"  # as codespace.gateway sends it
 
 _policy_numbers = itertools.count(1)
@@ -72,7 +76,12 @@ def build_app(
     plugins: tuple[str, ...] | None = None,
 ) -> App:
     """An App on ``workspace``; ``policy`` is TOML text (written beside the state directory);
-    ``plugins`` limits which entry points load (None: all installed)."""
+    ``plugins`` limits which entry points load (None: all installed). ``$CODESPACE_TEST_WORKER``
+    adds a ``[runtime] worker`` to the policy (unless it has a ``[runtime]`` section)."""
+    worker = os.environ.get(WORKER_ENV)
+    if worker and (policy is None or "[runtime]" not in policy):
+        policy = (policy or "") + f'\n[runtime]\nworker = "{worker}"\n'
+        plugins = None if plugins is None else (*plugins, "runtime")
     policy_path = None if policy is None else write_policy_file(Path(state_dir).parent, policy)
     env = dict(os.environ)
     env.pop("CODESPACE_PLUGINS_BLOCK", None)
