@@ -101,7 +101,8 @@ class Worker:
 
     def _snapshot(self) -> dict[str, Any]:
         serving = self.serving()
-        state = "serving" if serving else ("died" if self.last_failure else "not started")
+        starting = self._lock is not None and self._lock.locked() and not serving
+        state = "serving" if serving else "starting" if starting else "died" if self.last_failure else "not started"
         out: dict[str, Any] = {
             "worker": self.mode, "serving": serving, "state": state, "pid": self.pid if serving else None,
             "protocol": PROTOCOL if serving else None, "serves": ["files", "patch"], "commands": "server",
@@ -131,6 +132,7 @@ class Worker:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
+            await asyncio.sleep(0)  # let status() see "starting" while the worker comes up
             if not self.serving():
                 self._note_idle_death()
                 await self._discard()
