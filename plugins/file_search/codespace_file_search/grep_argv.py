@@ -71,9 +71,10 @@ def build_argv(args: GrepArgs, hidden: list[str], *, single_file: bool) -> list[
                 "without gitignore (use exclude globs instead), or search a directory that does not contain it.",
                 code="refused", details={"rule": "filesystem.paths", "path": leaked[0]},
             )
-    # --sort path: one order on an unchanged tree, which the cursor relies on (it also makes rg
-    # search on one thread). --debug: rg reports the binary files it skips only in its debug log.
-    argv = ["--json", "--no-config", "--sort", "path", "--debug"]
+    # No --sort: rg's sorted (one-thread) walk opens a directory before the globs can skip it,
+    # so a hidden directory would be listed; grep_collect orders the files instead.
+    # --debug: rg reports the binary files it skips only in its debug log.
+    argv = ["--json", "--no-config", "--debug"]
     if args.literal:
         argv.append("--fixed-strings")
     argv += {"sensitive": ["--case-sensitive"], "insensitive": ["--ignore-case"], "smart": ["--smart-case"]}[args.case]

@@ -1,4 +1,12 @@
-"""Turn rg's JSON records into matches with their context, within the budget.
+"""Turn rg's JSON records into matches with their context, in path order, within the budget.
+
+rg searches files in parallel and prints each file's records together, files in no
+fixed order. (Its ``--sort path`` would give an order, but its one-thread walker
+opens a directory before the override globs can skip it: a directory the policy
+hides would be listed. So rg runs unsorted and the order is made here.) Each
+finished file is placed by its path's components, byte-wise, and the tail beyond
+``max_matches``/``max_bytes`` is dropped as files arrive: what is kept is exactly
+the first page of the sorted whole, and memory stays near the budget.
 
 rg prints each context line once, even when it lies between two matches; a line
 goes to the match before it when it is within that match's ``after`` lines, else it
@@ -8,12 +16,16 @@ waits for the next match as one of its ``before`` lines.
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 
 from .grep_cursor import Position, order_key
 
-ITEM_OVERHEAD = 90   # {"path":"","line_number":,"line":"","before":[],"after":[]}, and a number
-CONTEXT_OVERHEAD = 32
+# JSON around each item, spaced as json.dumps spaces it (the larger of the usual encodings):
+ITEM_OVERHEAD = 104    # {"path": "", "line_number": N, "line": "", "before": [], "after": []}, "line_truncated": true
+CONTEXT_OVERHEAD = 44  # {"line_number": N, "line": ""},
+FIXED = 420            # the result's own fields, the cursor, a truncation reason
+MAX_SKIPPED = 50
 
 
 def _raw(field: dict) -> bytes:
@@ -26,61 +38,63 @@ def shown(raw: bytes) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
-def _size(text: str) -> int:
+def size_of(text: str) -> int:
     if text.isascii() and text.isprintable():
         return len(text)
     return len(json.dumps(text, ensure_ascii=False).encode()) - 2
 
 
+class _File:
+    __slots__ = ("key", "raw", "shown", "items", "sizes", "pending", "open", "open_line")
+
+    def __init__(self, raw: bytes) -> None:
+        self.key, self.raw, self.shown = order_key(raw), raw, shown(raw)
+        self.items: list[dict] = []
+        self.sizes: list[int] = []
+        self.pending: list[dict] = []
+        self.open: dict | None = None
+        self.open_line = 0
+
+
 class Collector:
     def __init__(self, *, before: int, after: int, max_matches: int, max_bytes: int, max_line_chars: int,
-                 resume: Position | None, single_name: bytes | None) -> None:
+                 resume: Position | None, single_name: bytes | None, searched: str) -> None:
         self.before, self.after = before, after
-        self.max_matches, self.budget = max_matches, max_bytes - 300  # the result's own fields
+        self.max_bytes, self.max_matches = max_bytes, max_matches
+        self.budget = max_bytes - FIXED - size_of(searched)
         self.max_line_chars = max_line_chars
         self.resume = resume.key() if resume is not None else None
         self.single_name = single_name
-        self.matches: list[dict] = []
-        self.files: set[bytes] = set()
-        self.skipped: list[dict] = []
+        self.kept: list[_File] = []
+        self._keys: list[tuple] = []
+        self.count = 0
         self.used = 0
-        self.last: Position | None = None
-        self.truncated_reason: str | None = None
-        self._path: bytes = b""
-        self._path_shown = ""
-        self._key: tuple = ()
-        self._pending: list[dict] = []
-        self._open: dict | None = None   # the last match returned, still taking after-context
-        self._open_line = 0
+        self.dropped: str | None = None   # which limit dropped something
+        self.skipped: list[dict] = []
         self.saw_output = False
+        self._file: _File | None = None
 
-    def feed(self, record: bytes) -> bool:
-        """Take one record; False once a limit is reached (stop reading)."""
+    def feed(self, record: bytes) -> None:
         message = json.loads(record)
         kind = message.get("type")
         data = message.get("data", {})
-        if kind == "begin":
-            self.saw_output = True
-            self._begin(data)
-        elif kind == "match":
-            return self._match(data)
+        if kind == "match":
+            self._match(data)
         elif kind == "context":
-            return self._context(data)
+            self._context(data)
+        elif kind == "begin":
+            self.saw_output = True
+            raw = self.single_name if self.single_name is not None else _raw(data["path"])
+            self._file = _File(raw[2:] if raw.startswith(b"./") else raw)
+        elif kind == "end":
+            self.finish_file()
         elif kind == "summary":
             self.saw_output = True
-        return True
 
     def oversize(self) -> None:
-        self.skipped.append({"path": self._path_shown or "(unknown)",
-                             "reason": "a matching or context line longer than 4 MiB was left out"})
-
-    def _begin(self, data: dict) -> None:
-        raw = self.single_name if self.single_name is not None else _raw(data["path"])
-        if raw.startswith(b"./"):
-            raw = raw[2:]
-        self._path, self._path_shown, self._key = raw, shown(raw), order_key(raw)
-        self._pending = []
-        self._open = None
+        if len(self.skipped) < MAX_SKIPPED:
+            where = self._file.shown if self._file is not None else "(unknown)"
+            self.skipped.append({"path": where, "reason": "a matching or context line longer than 4 MiB was left out"})
 
     def _line(self, data: dict) -> tuple[int, str, bool]:
         text = shown(_raw(data["lines"])).rstrip("\n")
@@ -89,50 +103,99 @@ class Collector:
         cut = len(text) > self.max_line_chars
         return data["line_number"], text[: self.max_line_chars] if cut else text, cut
 
-    def _match(self, data: dict) -> bool:
+    def _beyond_the_page(self, file: _File) -> bool:
+        """Whether nothing of ``file`` can be on this page: the page is full of earlier files."""
+        return self.dropped is not None and bool(self._keys) and file.key > self._keys[-1]
+
+    def _match(self, data: dict) -> None:
+        file = self._file
+        if file is None:
+            return
         number, text, cut = self._line(data)
-        if self.resume is not None and (self._key, number) <= self.resume:
-            self._pending, self._open = [], None
-            return True
-        before = [c for c in self._pending if number - c["line_number"] <= self.before]
-        self._pending = []
-        item = {"path": self._path_shown, "line_number": number, "line": text, "before": before, "after": []}
+        if (self.resume is not None and (file.key, number) <= self.resume) or self._beyond_the_page(file):
+            file.pending, file.open = [], None
+            if self.resume is None or (file.key, number) > self.resume:
+                self.dropped = self.dropped or "page"
+            return
+        before = [c for c in file.pending if number - c["line_number"] <= self.before]
+        file.pending = []
+        item = {"path": file.shown, "line_number": number, "line": text, "before": before, "after": []}
         if cut:
             item["line_truncated"] = True
-        size = ITEM_OVERHEAD + _size(self._path_shown) + _size(text) + sum(
-            CONTEXT_OVERHEAD + _size(c["line"]) for c in before)
-        if len(self.matches) >= self.max_matches:
-            self.truncated_reason = f"max_matches ({self.max_matches})"
-            return False
-        if self.used + size > self.budget:
-            if self.matches:
-                self.truncated_reason = f"max_bytes ({self.budget + 300} bytes of response)"
-                return False
-            item["before"] = []  # the first match always goes out, cut to fit, so each page makes progress
-            room = max(20, self.budget - ITEM_OVERHEAD - _size(self._path_shown))
-            if _size(text) > room:
-                item["line"], item["line_truncated"] = text[:room], True
-            size = ITEM_OVERHEAD + _size(self._path_shown) + _size(item["line"])
-        self.used += size
-        self.matches.append(item)
-        self.files.add(self._path)
-        self.last = Position(self._path, number)
-        self._open, self._open_line = item, number
-        return True
+        file.items.append(item)
+        file.sizes.append(ITEM_OVERHEAD + size_of(file.shown) + size_of(text)
+                          + sum(CONTEXT_OVERHEAD + size_of(c["line"]) for c in before))
+        file.open, file.open_line = item, number
+        if len(file.items) > self.max_matches + 1 or sum(file.sizes) > 2 * self.budget + 100_000:
+            self._drop_last(file)  # this file alone overflows the page: its tail cannot be on it
 
-    def _context(self, data: dict) -> bool:
+    def _context(self, data: dict) -> None:
+        file = self._file
+        if file is None:
+            return
         number, text, _ = self._line(data)
         entry = {"line_number": number, "line": text}
-        if self._open is not None and number - self._open_line <= self.after:
-            size = CONTEXT_OVERHEAD + _size(text)
-            if self.used + size > self.budget:
-                self.truncated_reason = f"max_bytes ({self.budget + 300} bytes of response)"
-                return False
-            self.used += size
-            self._open["after"].append(entry)
-            return True
-        self._open = None
-        self._pending.append(entry)
-        if len(self._pending) > self.before:
-            del self._pending[0]
-        return True
+        if file.open is not None and number - file.open_line <= self.after:
+            file.open["after"].append(entry)
+            if file.items and file.items[-1] is file.open:
+                file.sizes[-1] += CONTEXT_OVERHEAD + size_of(text)
+            return
+        file.open = None
+        file.pending.append(entry)
+        if len(file.pending) > self.before:
+            del file.pending[0]
+
+    def _drop_last(self, file: _File) -> None:
+        file.items.pop()
+        file.sizes.pop()
+        file.open = None
+        self.dropped = self.dropped or "page"
+
+    def finish_file(self) -> None:
+        """File the current file in path order, then cut the page back to the limits."""
+        file, self._file = self._file, None
+        if file is None or not file.items:
+            return
+        at = bisect.bisect(self._keys, file.key)
+        self._keys.insert(at, file.key)
+        self.kept.insert(at, file)
+        self.count += len(file.items)
+        self.used += sum(file.sizes)
+        self._trim()
+
+    def _trim(self) -> None:
+        while self.count > 1 and (self.count > self.max_matches or self.used > self.budget):
+            self.dropped = f"max_matches ({self.max_matches})" if self.count > self.max_matches \
+                else f"max_bytes ({self.max_bytes} bytes of response)"
+            last = self.kept[-1]
+            last.items.pop()
+            self.used -= last.sizes.pop()
+            self.count -= 1
+            if not last.items:
+                self.kept.pop()
+                self._keys.pop()
+        if self.count == 1 and self.used > self.budget:
+            self._shrink_only_item()
+
+    def _shrink_only_item(self) -> None:
+        """The first match always goes out, cut to fit, so each page makes progress."""
+        file = self.kept[0]
+        item = file.items[0]
+        item["before"], item["after"] = [], []
+        room = max(20, self.budget - ITEM_OVERHEAD - size_of(file.shown))
+        if size_of(item["line"]) > room:
+            item["line"], item["line_truncated"] = item["line"][:room], True
+        self.used = file.sizes[0] = ITEM_OVERHEAD + size_of(file.shown) + size_of(item["line"])
+        self.dropped = self.dropped or f"max_bytes ({self.max_bytes} bytes of response)"
+
+    def matches(self) -> list[dict]:
+        return [item for file in self.kept for item in file.items]
+
+    def files(self) -> int:
+        return len(self.kept)
+
+    def last(self) -> Position | None:
+        if not self.kept:
+            return None
+        file = self.kept[-1]
+        return Position(file.raw, file.items[-1]["line_number"])

@@ -1,8 +1,8 @@
 """The continuation cursor: where the last returned match was, and for which search.
 
-rg runs with ``--sort path``: files come depth first, names sorted byte-wise within
-each directory, so on an unchanged tree every run meets matches in the same order
-and (path components, line number) is a position in it. A cursor names the last
+Matches are ordered by (the path's components, byte-wise; line number), the order of
+a depth-first walk with names sorted in each directory: on an unchanged tree every
+run gives the same sequence, and a (path, line) pair is a position in it. A cursor names the last
 match returned and a fingerprint of the arguments that define the search, so a
 cursor from another search is refused instead of silently skipping the wrong things.
 """

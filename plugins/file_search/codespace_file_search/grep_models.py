@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from codespace.contract import Strict
 
@@ -40,6 +40,15 @@ class GrepArgs(Strict):
     timeout_ms: int = Field(default=DEFAULT_TIMEOUT_MS, ge=1, le=MAX_TIMEOUT_MS, description="Stop searching after this long.")
     cursor: str | None = Field(default=None, max_length=8192, description="next_cursor of an earlier call with the same "
                                "arguments: resume after its last match.")
+
+
+    @field_validator("pattern")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\0" in value:
+            raise ValueError("pattern holds a NUL character, which cannot be passed to ripgrep; "
+                             "write it as the regex escape \\x00 instead")
+        return value
 
 
 class ContextLine(BaseModel):

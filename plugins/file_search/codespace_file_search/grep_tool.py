@@ -51,7 +51,7 @@ def _collector(args: GrepArgs, limits, resume, target: Target) -> Collector:  # 
         max_matches=min(args.max_matches or DEFAULT_MAX_MATCHES, limits.walk_max_entries),
         max_bytes=min(args.max_bytes or DEFAULT_MAX_BYTES, limits.walk_max_response_bytes),
         max_line_chars=args.max_line_chars, resume=resume,
-        single_name=None if target.is_dir else os.fsencode(target.name),
+        single_name=None if target.is_dir else os.fsencode(target.name), searched=args.path,
     )
 
 
@@ -61,22 +61,23 @@ def _run(args: GrepArgs, argv: list[str], target: Target, resume, limits, cancel
     cwd = f"/proc/{os.getpid()}/fd/{target.fd}" if target.is_dir else "/"
     run = RgRun(argv, cwd=cwd, stdin=subprocess.DEVNULL if target.is_dir else target.fd,
                 deadline=deadline, cancel=cancel)
-    stopped_early = True
+    timed_out = False
+    status = None
     try:
         for record in run.records(collect.oversize):
-            if not collect.feed(record):
-                break
-        else:
-            stopped_early = False
+            collect.feed(record)
+        status = run.stop(kill=False)
     except Stopped as stop:
         if stop.reason == "cancelled":
-            run.stop(kill=True)
             raise ToolError(f"the search of {args.path} was cancelled", code="cancelled") from None
-        collect.truncated_reason = f"timeout_ms ({args.timeout_ms} ms)"
-    status = run.stop(kill=stopped_early)
-    if not stopped_early and status == 2 and not collect.saw_output:
+        timed_out = True
+    finally:
+        if status is None:  # stopped early, or failed here: rg must not run on
+            run.stop(kill=True)
+    collect.finish_file()
+    if not timed_out and status == 2 and not collect.saw_output:
         raise _rg_failure(args, run.failure)
-    return _result(args, collect, run, resume)
+    return _result(args, collect, run, timed_out)
 
 
 def _rg_failure(args: GrepArgs, lines: list[bytes]) -> ToolError:
@@ -91,19 +92,24 @@ def _rg_failure(args: GrepArgs, lines: list[bytes]) -> ToolError:
     return ToolError(f"grep failed: {text}", code="grep_failed")
 
 
-def _result(args: GrepArgs, collect: Collector, run: RgRun, resume) -> dict:  # noqa: ANN001
+def _result(args: GrepArgs, collect: Collector, run: RgRun, timed_out: bool) -> dict:
     skipped = collect.skipped + [
         {"path": "", "reason": line.decode("utf-8", "backslashreplace")[:500]}
         for line in run.failure if line.startswith(b"rg: ")
     ]
-    truncated = collect.truncated_reason is not None
-    position = collect.last or resume
+    if timed_out:
+        # Files arrive in no order, so what was found in time is not a prefix of the sorted
+        # whole: no cursor could continue it without gaps.
+        reason = (f"timeout_ms ({args.timeout_ms} ms): these are the matches found in time, not the first ones "
+                  "in path order, and there is no cursor; narrow path or include, or raise timeout_ms")
+    else:
+        reason = collect.dropped
+    last = collect.last()
     return {
-        "path": args.path, "matches": collect.matches, "files_with_matches": len(collect.files),
-        "binary_files_skipped": run.binary_files, "truncated": truncated,
-        "truncated_reason": collect.truncated_reason,
-        "next_cursor": grep_cursor.encode(args, position) if truncated and position is not None else None,
-        "skipped": skipped,
+        "path": args.path, "matches": collect.matches(), "files_with_matches": collect.files(),
+        "binary_files_skipped": run.binary_files, "truncated": reason is not None, "truncated_reason": reason,
+        "next_cursor": grep_cursor.encode(args, last) if collect.dropped and not timed_out and last else None,
+        "skipped": skipped[:50],
     }
 
 

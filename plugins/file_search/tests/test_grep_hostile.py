@@ -1,0 +1,194 @@
+"""grep at its boundaries: hidden paths, links, odd names, FIFOs, huge lines, bad input, stopping."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import anyio
+import pytest
+
+from codespace.contract import Refused, ToolError
+from codespace.testing import call_error, call_ok
+from codespace_file_search.grep_models import GrepArgs
+from codespace_file_search.grep_tool import search
+
+from grep_support import OpenWatch, rg_children
+
+pytestmark = pytest.mark.anyio
+
+
+def _policy(outside) -> str:
+    return (f'[filesystem]\npaths = {{ "secret" = "none", "odd*name[1].txt" = "none", '
+            f'"{outside}" = "none" }}\n')
+
+
+@pytest.fixture
+def outside(tmp_path):
+    path = tmp_path / "outside"
+    path.mkdir()
+    (path / "loot.txt").write_text("needle outside\n")
+    return path
+
+
+@pytest.fixture
+def hostile(ws, outside):
+    (ws / "secret" / "deeper").mkdir(parents=True)
+    (ws / "secret" / "a.txt").write_text("needle secret\n")
+    (ws / "secret" / "deeper" / "b.txt").write_text("needle deeper\n")
+    (ws / "odd*name[1].txt").write_text("needle hidden by an exact rule\n")
+    (ws / "oddXname1.txt").write_text("needle visible sibling\n")
+    (ws / "notes.txt").write_text("needle notes\n")
+    os.symlink("secret/a.txt", ws / "link_to_hidden")
+    os.symlink("secret", ws / "link_to_hidden_dir")
+    os.symlink(str(outside), ws / "link_out")
+    os.symlink("/proc/self/root", ws / "procroot")
+    os.symlink("/proc/self/fd", ws / "procfd")
+    return ws
+
+
+def _paths(result):
+    return sorted({m["path"] for m in result["matches"]})
+
+
+async def test_hidden_paths_are_never_opened_or_named(mcp_client, hostile, outside):
+    watch = OpenWatch(hostile / "secret", hostile / "secret" / "deeper", hostile / "secret" / "a.txt",
+                      hostile / "odd*name[1].txt", outside, outside / "loot.txt")
+    try:
+        async with mcp_client(policy=_policy(outside)) as client:
+            result = await client.call_tool("grep", {"pattern": "needle", "context": 3})
+            ignoring = await client.call_tool("grep", {"pattern": "needle", "include": ["secret/**"]})
+        events = watch.events()
+    finally:
+        watch.close()
+    assert events == [], f"rg opened a hidden path: {events}"
+    assert _paths(result.structured_content) == ["notes.txt", "oddXname1.txt"]
+    for text in (result.content[0].text, str(result.structured_content)):
+        assert "secret" not in text and "odd*name" not in text and "outside" not in text
+    assert ignoring.structured_content["matches"] == []  # the policy's exclusions win over include globs
+
+
+async def test_search_path_that_leads_to_hidden_is_refused(mcp_client, hostile, outside):
+    async with mcp_client(policy=_policy(outside)) as client:
+        by_link = await call_error(client, "grep", {"pattern": "needle", "path": "link_to_hidden"})
+        by_dir_link = await call_error(client, "grep", {"pattern": "needle", "path": "link_to_hidden_dir"})
+        out = await call_error(client, "grep", {"pattern": "needle", "path": "link_out"})
+    for error in (by_link, by_dir_link, out):
+        assert error["code"] == "refused" and "filesystem.paths" in error["rule"], error
+
+
+def test_swapped_for_a_link_after_the_gateway_is_refused(make_workspace, hostile, outside):
+    """The gateway checked ``sub``; then it became a link to the hidden directory. The
+    object grep opens is checked again, so rg never starts there."""
+    workspace = make_workspace(_policy(outside))
+    (hostile / "sub").mkdir()
+    args = GrepArgs(pattern="needle", path=str(hostile / "sub"))
+    os.rmdir(hostile / "sub")
+    os.symlink("secret", hostile / "sub")
+    with pytest.raises(Refused) as caught:
+        search(args, workspace.paths, workspace.limits)
+    assert "secret" in caught.value.message and caught.value.rule.startswith("filesystem.paths")
+
+
+async def test_links_in_the_tree_are_not_followed(mcp_client, hostile, outside, monkeypatch, tmp_path):
+    # An rg config asking to follow links must not reach the rg grep runs.
+    config = tmp_path / "rgrc"
+    config.write_text("--follow\n")
+    monkeypatch.setenv("RIPGREP_CONFIG_PATH", str(config))
+    (hostile / "inside").mkdir()
+    (hostile / "inside" / "x.txt").write_text("needle inside\n")
+    os.symlink("inside", hostile / "link_in")
+    async with mcp_client() as client:  # default policy: only the links decide
+        result = await call_ok(client, "grep", {"pattern": "needle", "exclude": ["secret", "odd*"]})
+    assert _paths(result) == ["inside/x.txt", "notes.txt"]
+
+
+async def test_odd_names(mcp_client, ws):
+    ws.mkdir(exist_ok=True)
+    (ws / "line\nbreak.txt").write_text("needle 1\n")
+    (ws / "a:b:c.txt").write_text("needle 2\n")
+    (ws / "ctl\x01\x7f.txt").write_text("needle 3\n")
+    fd = os.open(os.fsencode(str(ws)) + b"/bad\xff\xfename.txt", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"needle 4 \xff invalid utf-8 text\n")
+    os.close(fd)
+    async with mcp_client() as client:
+        result = await call_ok(client, "grep", {"pattern": "needle"})
+        again = await call_ok(client, "grep", {"pattern": "needle", "max_matches": 2})
+        rest = await call_ok(client, "grep", {"pattern": "needle", "max_matches": 2, "cursor": again["next_cursor"]})
+    got = {m["path"]: m["line"] for m in result["matches"]}
+    assert got == {"a:b:c.txt": "needle 2", "bad\\xff\\xfename.txt": "needle 4 \\xff invalid utf-8 text",
+                   "ctl\x01\x7f.txt": "needle 3", "line\nbreak.txt": "needle 1"}
+    assert again["matches"] + rest["matches"] == result["matches"]
+
+
+async def test_a_fifo_in_the_tree_does_not_hang(mcp_client, ws):
+    ws.mkdir(exist_ok=True)
+    os.mkfifo(ws / "pipe")
+    (ws / "z.txt").write_text("needle\n")
+    async with mcp_client() as client:
+        with anyio.fail_after(20):
+            result = await call_ok(client, "grep", {"pattern": "needle"})
+            error = await call_error(client, "grep", {"pattern": "needle", "path": "pipe"})
+    assert _paths(result) == ["z.txt"]
+    assert error["code"] == "not_regular" and "FIFO" in error["message"]
+
+
+async def test_huge_lines(mcp_client, ws):
+    ws.mkdir(exist_ok=True)
+    (ws / "a_long.txt").write_text("x" * 200_000 + " needle\n")
+    (ws / "b_huge.min.js").write_text("needle" + "y" * (5 * 1024 * 1024) + "\nneedle after\n")
+    async with mcp_client() as client:
+        result = await call_ok(client, "grep", {"pattern": "needle", "max_line_chars": 100})
+    first, second = result["matches"]
+    assert first["path"] == "a_long.txt" and first["line_truncated"] and len(first["line"]) == 100
+    assert (second["path"], second["line_number"], second["line"]) == ("b_huge.min.js", 2, "needle after")
+    assert result["skipped"] == [{"path": "b_huge.min.js",
+                                  "reason": "a matching or context line longer than 4 MiB was left out"}]
+
+
+async def test_patterns_that_look_like_options_or_hold_nul(mcp_client, ws):
+    ws.mkdir(exist_ok=True)
+    (ws / "f.txt").write_text("run --files here\n-e too\n")
+    async with mcp_client() as client:
+        option = await call_ok(client, "grep", {"pattern": "--files", "literal": True})
+        dash_e = await call_ok(client, "grep", {"pattern": "-e"})
+        nul = await client.call_tool("grep", {"pattern": "a\u0000b"})
+    assert [m["line_number"] for m in option["matches"]] == [1]
+    assert [m["line_number"] for m in dash_e["matches"]] == [2]
+    assert nul.is_error and "NUL" in nul.content[0].text and "\\x00" in nul.content[0].text
+
+
+def test_cancel_and_timeout_kill_rg(make_workspace, ws):
+    ws.mkdir(exist_ok=True)
+    with open(ws / "big.txt", "w") as f:
+        for i in range(300_000):
+            f.write(f"needle {i} with some text to search through\n")
+    workspace = make_workspace()
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(ToolError) as caught:
+        search(GrepArgs(pattern="needle", path=str(ws)), workspace.paths, workspace.limits, cancel)
+    assert caught.value.code == "cancelled"
+    assert rg_children() == []
+    timed = search(GrepArgs(pattern="needle", path=str(ws), timeout_ms=1), workspace.paths, workspace.limits)
+    assert timed["truncated"] and timed["truncated_reason"].startswith("timeout_ms (1 ms)")
+    assert "next_cursor" not in timed or timed["next_cursor"] is None
+    assert rg_children() == []
+    # Cancelled while rg is blocked on a full pipe, from another thread, as run_cancellable does.
+    cancel = threading.Event()
+    outcome = {}
+
+    def run():
+        try:
+            search(GrepArgs(pattern="needle", path=str(ws), max_matches=50_000, max_bytes=4 * 1024 * 1024),
+                   workspace.paths, workspace.limits, cancel)
+            outcome["done"] = "finished"
+        except ToolError as exc:
+            outcome["done"] = exc.code
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    cancel.set()
+    worker.join(20)
+    assert not worker.is_alive() and outcome["done"] in ("cancelled", "finished")
+    assert rg_children() == []
