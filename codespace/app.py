@@ -94,16 +94,11 @@ class App:
                     try:
                         yield self
                     finally:
-                        import sys as _s, time as _t
                         with anyio.CancelScope(shield=True):
                             # A short grace: an agent's client that stops the server sends SIGINT, then
                             # SIGTERM 100 ms later, then kills it; an interactive shell ignores SIGTERM.
                             await self.processes.shutdown(STOP_GRACE_S)
-                        _s.stderr.write(f"T {_t.time():.4f} app-shutdown-done\n")
-                _s.stderr.write(f"T {_t.time():.4f} registry-exited\n")
                 services.cancel_scope.cancel()
-            _s.stderr.write(f"T {_t.time():.4f} services-done\n")
         finally:
             with anyio.CancelScope(shield=True):  # a signal's cancellation must not skip the close
                 await self.store.close()
-            import sys as _s, time as _t; _s.stderr.write(f"T {_t.time():.4f} store-closed\n")

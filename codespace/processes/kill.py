@@ -13,36 +13,23 @@ from __future__ import annotations
 import os
 import signal
 
-from ..procfs import stat_fields
+from ..procfs import ProcRow, table
 from .keeper import descendants  # one walk of /proc's parent links; the keeper script imports nothing
 
 
-def _stat_ids(pid: int) -> tuple[int, int] | None:
-    """(pgid, sid) of ``pid``, or None if it is gone or a zombie (nothing left to kill)."""
-    fields = stat_fields(pid)
-    if fields is None or fields[0] == b"Z":
-        return None
-    return int(fields[2]), int(fields[3])
+def _members(leader: int, procs: list[ProcRow] | None = None) -> list[tuple[int, int]]:
+    """(pid, pgid) of live processes in the group or session ``leader`` leads."""
+    return [(pid, pgid) for pid, _, pgid, sid in (table() if procs is None else procs) if leader in (pgid, sid)]
 
 
-def _members(leader: int) -> list[tuple[int, int]]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        ids = _stat_ids(int(entry))
-        if ids is not None and leader in ids:
-            found.append((int(entry), ids[0]))
-    return found
-
-
-def members(leader: int) -> list[int]:
+def members(leader: int, procs: list[ProcRow] | None = None) -> list[int]:
     """Live (non-zombie) processes in the process group or session led by ``leader``."""
-    return [pid for pid, _ in _members(leader)]
+    return [pid for pid, _ in _members(leader, procs)]
 
 
-def kill_session(leader: int, signum: int = signal.SIGKILL) -> int:
-    """Signal the group and every session member; returns how many were signalled."""
+def kill_session(leader: int, signum: int = signal.SIGKILL, procs: list[ProcRow] | None = None) -> int:
+    """Signal the group and every session member; returns how many were signalled.
+    ``procs`` is a :func:`~codespace.procfs.table` taken for several calls at once."""
     if leader <= 1 or leader == os.getpid():
         raise ValueError(f"refusing to signal process group {leader}")
     sent = 0
@@ -53,7 +40,7 @@ def kill_session(leader: int, signum: int = signal.SIGKILL) -> int:
         group_signalled = True
     except (ProcessLookupError, PermissionError):
         pass
-    for pid, pgid in _members(leader):
+    for pid, pgid in _members(leader, procs):
         if pid == os.getpid() or (group_signalled and pgid == leader):
             continue  # the group signal reached it: a second one could be seen twice
         try:

@@ -27,8 +27,8 @@ from ..contract import CommandSpec, ToolError
 from ..contract.sandbox import Sandbox, SandboxCleanup, SandboxFastPath, SandboxLayout
 from ..store import proc_start_ticks
 from .buffer import OutputBuffer
-from .kill import kill_session
-from .session import ProcessHandle, Session
+from ..procfs import table
+from .session import DRAIN_AFTER_EXIT_S, ProcessHandle, Session
 from .spawn import PipeProcess, close_parent_copies, feed_payloads, prepare_inherited, resolve_program, spawn_error
 from .tracking import Tracker, remove_tree, wrap_argv
 
@@ -90,6 +90,7 @@ class ProcessRegistry:
         self._counter = 0
         self._sandbox_ended: dict[str, Callable[[], None]] = {}  # session id -> its sandbox's command_ended
         self.tracker = Tracker(workspace.state_dir)
+        self._stopped = False  # shutdown() ran to its end; a second call has nothing to do
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[ProcessRegistry]:
@@ -103,22 +104,35 @@ class ProcessRegistry:
                 with anyio.CancelScope(shield=True):
                     await self.shutdown()
                     await anyio.to_thread.run_sync(self.tracker.stop)
+                for session in self._sessions.values():
+                    session.abandon()  # one whose process would not die must not hold the stop
                 self._tg = None
                 tg.cancel_scope.cancel()
 
     async def shutdown(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
-        """Terminate every session (clean server stop): SIGTERM, SIGKILL after ``grace_s``."""
+        """Terminate every session (clean server stop): SIGTERM to all, then SIGKILL to what is
+        left of any session after ``grace_s``, including leftovers of sessions that ended before.
+
+        The sessions are signalled together, from one process table per round: a client
+        stopping the server allows it about 100 ms, and a pass over /proc costs milliseconds."""
         live = [s for s in self._sessions.values() if not s.finished.is_set()]
+        if not live and self._stopped:
+            return
+        procs = table()
         for session in live:
             session.terminated_by = "shutdown"
-        async with anyio.create_task_group() as tg:
+            session.kill(signal.SIGTERM, procs)
+        with anyio.move_on_after(grace_s):
             for session in live:
-                tg.start_soon(session.terminate, signal.SIGTERM, grace_s)
+                await session.exited.wait()
+        procs = table()
         for session in self._sessions.values():
-            try:
-                kill_session(session.pid, signal.SIGKILL)  # leftovers of sessions whose leader already exited
-            except ValueError:
-                pass
+            if session.running or session.leftovers(procs):
+                session.kill(signal.SIGKILL, procs)
+        with anyio.move_on_after(DRAIN_AFTER_EXIT_S + 1):
+            for session in live:
+                await session.settled.wait()  # recorded, before the store closes
+        self._stopped = True
 
     # -- sessions ----------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import anyio
 
 from ..contract import ToolError
+from ..procfs import ProcRow
 from .buffer import OutputBuffer, complete_utf8_prefix
 from .kill import descendants, kill_session, kill_tree, members
 from .tracking import populated, signal_group
@@ -98,6 +99,8 @@ class Session:
     delivered_err: int = 0
     finished: anyio.Event = field(default_factory=anyio.Event)
     exited: anyio.Event = field(default_factory=anyio.Event)
+    settled: anyio.Event = field(default_factory=anyio.Event)
+    """Set after ``on_finish`` returned: the end of the session is recorded."""
     ended_at: float | None = None
     on_finish: Callable[[Session], Awaitable[None]] | None = None
     group: Any = None  # the command's cgroup (a Path), when processes are tracked by cgroup
@@ -106,6 +109,7 @@ class Session:
     keeper: bool = False
     _activity: anyio.Event = field(default_factory=anyio.Event)
     _last_output: float = 0.0
+    _scope: anyio.CancelScope | None = None
 
     @property
     def pid(self) -> int:
@@ -121,28 +125,39 @@ class Session:
     # -- lifecycle ----------------------------------------------------------------
 
     async def run(self) -> None:
-        """Own the process until it is gone: read every stream, wait, enforce the timeout."""
-        try:
-            async with anyio.create_task_group() as tg:
-                for buffer, read in self.readers:
-                    tg.start_soon(self._pump, buffer, read)
-                if self.timeout_s is not None:
-                    tg.start_soon(self._watchdog, self.timeout_s)
-                self.returncode = await self.process.wait()
-                self.exited.set()
+        """Own the process until it is gone: read every stream, wait, enforce the timeout.
+
+        Shielded: when the server's tasks are cancelled (a signal stops it) a live command
+        must still be waited for, so that its record says how it ended. The registry ends
+        sessions by ending their processes, and abandons a session (:meth:`abandon`) only
+        after it has killed what was left."""
+        with anyio.CancelScope(shield=True) as self._scope:
+            try:
+                async with anyio.create_task_group() as tg:
+                    for buffer, read in self.readers:
+                        tg.start_soon(self._pump, buffer, read)
+                    if self.timeout_s is not None:
+                        tg.start_soon(self._watchdog, self.timeout_s)
+                    self.returncode = await self.process.wait()
+                    self.exited.set()
+                    self._poke()
+                    await self._drain()
+                    tg.cancel_scope.cancel()
+            finally:
+                for buffer, _ in self.readers:
+                    buffer.close()
+                self.process.close()
+                self.ended_at = time.monotonic()
+                self.finished.set()
                 self._poke()
-                await self._drain()
-                tg.cancel_scope.cancel()
-        finally:
-            for buffer, _ in self.readers:
-                buffer.close()
-            self.process.close()
-            self.ended_at = time.monotonic()
-            self.finished.set()
-            self._poke()
-            if self.on_finish is not None:
-                with anyio.CancelScope(shield=True):
+                if self.on_finish is not None:
                     await self.on_finish(self)
+                self.settled.set()
+
+    def abandon(self) -> None:
+        """Stop waiting for the process (the server is stopping and has killed it already)."""
+        if self._scope is not None:
+            self._scope.cancel()
 
     async def _drain(self) -> None:
         """After exit, read what is left; give up after DRAIN_AFTER_EXIT_S of a pipe held
@@ -182,20 +197,22 @@ class Session:
         self._activity.set()
         self._activity = anyio.Event()
 
-    def kill(self, signum: int) -> None:
+    def kill(self, signum: int, procs: list[ProcRow] | None = None) -> None:
         """Signal the whole process group and session, and everything in the command's cgroup
-        (which a process cannot leave by ``setsid``)."""
+        (which a process cannot leave by ``setsid``). ``procs``: a process table taken once
+        for several sessions."""
         if self.keeper and signum == signal.SIGKILL:
             kill_tree(self.pid)  # while the keeper lives, orphans come back to it, never to init
         try:
-            kill_session(self.pid, signum)
+            kill_session(self.pid, signum, procs)
         except ValueError:
             self.process.signal_group(signum)
         signal_group(self.group, signum)
 
-    def leftovers(self) -> bool:
+    def leftovers(self, procs: list[ProcRow] | None = None) -> bool:
         """Is any process the command started still alive?"""
-        return bool(members(self.pid)) or populated(self.group) or (self.keeper and bool(descendants(self.pid)))
+        return (bool(members(self.pid, procs)) or populated(self.group)
+                or (self.keeper and bool(descendants(self.pid))))
 
     async def terminate(self, signum: int, grace_s: float) -> None:
         """``signum`` to everything, then SIGKILL after ``grace_s`` if anything is left."""
