@@ -134,7 +134,7 @@ def _has_lone_surrogate(value: object) -> bool:
 def _check_fd_count(obj: dict, received: int) -> None:
     declared = obj.get("fds", 0)
     if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
-        raise FrameError(f"frame refused: 'fds' must be a count (a non-negative integer), not {declared!r}")
+        raise FrameError(f"frame refused: 'fds' must be the count of descriptors attached (a non-negative integer), not {declared!r}")
     if declared != received:
         raise FrameError(f"frame refused: it declares {declared} descriptor(s) and {received} arrived; "
                          "send the count of the descriptors attached to the frame's first byte")

@@ -70,7 +70,7 @@ def start_worker(tmp_path: Path, *extra: str, socket_dir: Path | None = None, en
     path = directory / "worker.sock"
     full_env = {**os.environ, "CODESPACE_STATE_DIR": str(tmp_path / "state"), **(env or {})}
     proc = subprocess.Popen(worker_argv("serve", "--workspace", str(workspace), "--socket", str(path),
-                                        "--token-file", str(token_file), *extra),
+                                        "--token-file", str(token_file), "--no-runner", *extra),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env=full_env, **popen)
     wait_for_socket(path, proc)
