@@ -44,11 +44,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PLUGIN = REPO / "plugins" / "patch"
-sys.path.insert(0, str(PLUGIN))
 
-from conformance.helper import TEST_PLUGINS, helper_argv, helper_env, real_fs_installed  # noqa: E402
-from conformance.oracle import OracleUnavailable, ensure_oracle  # noqa: E402
+from codespace_patch.conformance.helper import TEST_PLUGINS, helper_argv, helper_env, real_fs_installed
+from codespace_patch.conformance.oracle import OracleUnavailable, ensure_oracle
 
 
 def big_file_case() -> tuple[dict[str, str], str]:

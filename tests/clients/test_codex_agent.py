@@ -36,7 +36,7 @@ from codespace.tools.command_models import MAX_YIELD_MS
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 DOC = REPO / "docs" / "agent-loops.md"
-ORACLE = REPO / "plugins" / "patch" / "conformance" / "oracle.py"
+ORACLE = REPO / "plugins" / "patch" / "codespace_patch" / "conformance" / "oracle.py"
 IN_CI = os.environ.get("CI", "").lower() in ("true", "1", "yes")
 TOOL_TIMEOUT_SEC = 3
 

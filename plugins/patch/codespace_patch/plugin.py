@@ -1,4 +1,4 @@
-"""The plugin's hooks: the Patcher backend, crash recovery at start-up, doctor checks.
+"""The plugin's hooks: the Patcher backend, crash recovery at start-up, doctor checks, the pin check.
 
 Imported whenever plugins load (the server, the helper, ``codespace plugins``), so
 it stays light: the backend's modules load when a hook first needs them.
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 HELPER = "codespace-apply-patch"
 
 
-def journal_dir(workspace: WorkspaceViewView):  # noqa: ANN201 - a Path
+def journal_dir(workspace: WorkspaceView):  # noqa: ANN201 - a Path
     return workspace.patch_journal
 
 
@@ -73,6 +73,13 @@ def codespace_startup(workspace: WorkspaceView, backends: Backends) -> None:
     text = describe(outcome)
     if text:
         log.warning("apply_patch recovery in %s: %s", directory, text)
+
+
+@hookimpl
+def codespace_pin_checks() -> list:
+    from .pin import pin_checks
+
+    return pin_checks()
 
 
 @hookimpl

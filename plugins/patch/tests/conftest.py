@@ -1,19 +1,13 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-PLUGIN_DIR = TESTS.parent
 TEST_PLUGINS = TESTS / "plugins"
 TEST_FS = "patch_testfs"
-
-# conformance/ (fixtures, oracle, generator) lives next to the package, not in it.
-if str(PLUGIN_DIR) not in sys.path:
-    sys.path.insert(0, str(PLUGIN_DIR))
 
 REAL_FS = importlib.util.find_spec("codespace_fs") is not None
 

@@ -11,7 +11,7 @@ from codespace_patch.diff import unified
 from codespace_patch.line_endings import Lines
 from codespace_patch.rust_text import RUST_WHITESPACE, trim
 from codespace_patch.seek import Seeker
-from conformance.fuzz import _chunks, _file_lines
+from codespace_patch.conformance.fuzz import _chunks, _file_lines
 
 
 def update(text: str, *body: str) -> str:

@@ -20,8 +20,8 @@ from codespace.contract import FsError
 from codespace.testing import build_app, call_ok, connect, server_pids
 from codespace_patch.journal import Journal, commit, pending, record_for, recover, settle, stage
 from codespace_patch.stores import Change
-from conformance.helper import helper_argv, helper_env, real_fs_installed
-from conformance.trees import snapshot
+from codespace_patch.conformance.helper import helper_argv, helper_env, real_fs_installed
+from codespace_patch.conformance.trees import snapshot
 
 pytestmark = pytest.mark.anyio
 MAX = 1 << 26

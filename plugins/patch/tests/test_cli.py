@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import TEST_PLUGINS, patch_of, write
 
-from conformance.helper import helper_argv, helper_env, run_helper
-from conformance.trees import snapshot
+from codespace_patch.conformance.helper import helper_argv, helper_env, run_helper
+from codespace_patch.conformance.trees import snapshot
 
 USAGE = b"Usage: apply_patch 'PATCH'\n       echo 'PATCH' | apply_patch\n"
 

@@ -11,7 +11,7 @@ import pytest
 
 from codespace_patch import ApplyError, parse_patch, rewrite
 from codespace_patch.diff import unified, whole_file
-from conformance.fuzz import _chunks, _file_lines
+from codespace_patch.conformance.fuzz import _chunks, _file_lines
 
 pytestmark = pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch is not installed")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.differential import run_cases
-from conformance.fuzz import generate
-from conformance.oracle import OracleUnavailable, ensure_oracle
+from codespace_patch.conformance.differential import run_cases
+from codespace_patch.conformance.fuzz import generate
+from codespace_patch.conformance.oracle import OracleUnavailable, ensure_oracle
 
 try:
     ORACLE = ensure_oracle(fetch=False)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from codespace.testing import connect
-from conformance.fixtures import FixturesMissing, load_fixtures
-from conformance.helper import helper_argv, helper_env, run_helper
-from conformance.trees import copy_tree, describe_difference, snapshot
+from codespace_patch.conformance.fixtures import FixturesMissing, load_fixtures
+from codespace_patch.conformance.helper import helper_argv, helper_env, run_helper
+from codespace_patch.conformance.trees import copy_tree, describe_difference, snapshot
 
 try:
     FIXTURES = load_fixtures()

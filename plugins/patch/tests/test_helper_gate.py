@@ -8,8 +8,8 @@ from conftest import write
 from test_hostile import _hostile, outside  # noqa: F401 - a fixture
 
 from codespace.testing import build_app, call_error, connect
-from conformance.helper import helper_argv, helper_env, run_helper
-from conformance.trees import snapshot
+from codespace_patch.conformance.helper import helper_argv, helper_env, run_helper
+from codespace_patch.conformance.trees import snapshot
 
 pytestmark = pytest.mark.anyio
 

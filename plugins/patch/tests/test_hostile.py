@@ -14,8 +14,8 @@ import pytest
 from conftest import patch_of, write
 
 from codespace.testing import call_error, call_ok, connect
-from conformance.helper import helper_argv, helper_env, run_helper
-from conformance.trees import snapshot
+from codespace_patch.conformance.helper import helper_argv, helper_env, run_helper
+from codespace_patch.conformance.trees import snapshot
 
 pytestmark = pytest.mark.anyio
 

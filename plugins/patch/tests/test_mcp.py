@@ -7,7 +7,7 @@ import pytest
 from conftest import patch_of, write
 
 from codespace.testing import call_error, call_ok, connect
-from conformance.trees import snapshot
+from codespace_patch.conformance.trees import snapshot
 
 pytestmark = pytest.mark.anyio
 

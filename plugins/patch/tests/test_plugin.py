@@ -25,7 +25,7 @@ def test_loaded_by_the_host_with_its_hooks(workspace):
     plugins = Plugins.load(allow=["patch"], env={})
     info = {i.name: i for i in plugins.listing()}["patch"]
     assert info.status == "loaded" and info.error is None
-    assert info.hooks == ["codespace_doctor", "codespace_patcher", "codespace_startup"]
+    assert info.hooks == ["codespace_doctor", "codespace_patcher", "codespace_pin_checks", "codespace_startup"]
     backend, provider = plugins.patcher(workspace)
     assert provider == "patch" and isinstance(backend, Patcher)
 

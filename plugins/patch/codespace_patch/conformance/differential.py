@@ -62,26 +62,28 @@ def _fresh(base: str) -> str:
     return os.path.realpath(tempfile.mkdtemp(prefix="t", dir=base))
 
 
+# The backends the atomic run loads, as entry points (name, value): the same ones the helper is told.
+_BACKENDS = {"real": [("fs", "codespace_fs.plugin")], "test": [("patch_testfs", "codespace_patch_testfs")]}
+
+
 async def atomic_inprocess(root: str, patch: str, state_dir: str, backend: str) -> Outcome:
     """Atomic mode through the library, against the same backend the helper uses."""
-    from codespace.plugins import Plugins
-    from codespace.policy import normalize
-    from codespace.workspace import Workspace
-    from codespace_patch.errors import PatchError
-    from codespace_patch.journal import commit_once
-    from codespace_patch.parser import parse_patch
-    from codespace_patch.sections import run_sections
-    from codespace_patch.stores import OverlayStore
+    from codespace.contract import gate
 
-    workspace = Workspace.open(root, state_dir=state_dir)
-    allow = ["fs"] if backend == "real" else ["patch_testfs"]
-    fs, _ = Plugins.load(allow=allow, builtins=(), env={}).filesystem(workspace)
-    assert fs is not None, f"no file-system backend ({backend})"
+    from ..errors import PatchError
+    from ..journal import commit_once
+    from ..parser import parse_patch
+    from ..sections import run_sections
+    from ..stores import OverlayStore
+
+    workspace = gate.open_workspace(root)
+    fs, failed = gate.filesystem(workspace, _BACKENDS[backend])
+    assert fs is not None, f"no file-system backend ({backend}): {failed}"
     max_bytes = workspace.limits.max_file_bytes
     try:
         patch_obj = parse_patch(patch)
         store = OverlayStore(fs, max_bytes, root)
-        run = await run_sections(patch_obj, lambda p: normalize(p, root), store)
+        run = await run_sections(patch_obj, lambda p: gate.normalize(p, root), store)
         await commit_once(fs, Path(state_dir) / "patch-journal", store.changes(), store.new_dirs, max_bytes)
     except PatchError as exc:
         return Outcome(1, b"", (exc.message + "\n").encode())

@@ -7,11 +7,12 @@ import os
 import subprocess
 from pathlib import Path
 
-from codespace_patch.spawn import helper_command
+from ..spawn import helper_command
 
 from .oracle import Outcome
 
-TEST_PLUGINS = Path(__file__).resolve().parent.parent / "tests" / "plugins"
+# The tests' file-system backend, for a run without codespace-fs (a checkout or an editable install).
+TEST_PLUGINS = Path(__file__).resolve().parents[2] / "tests" / "plugins"
 
 
 def real_fs_installed() -> bool:

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT = str(Path(__file__).resolve().parents[4] / "shared" / "upstream" / "codex-0.171.0" / "scenarios")
+DEFAULT = str(Path(__file__).resolve().parents[5] / "shared" / "upstream" / "codex-0.171.0" / "scenarios")
 ENV = "CODESPACE_PATCH_FIXTURES"
 
 
