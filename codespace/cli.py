@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         _workspace_options(p)
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "pins":
+            _pins_check_parser(p)
 
     ops = sub.add_parser("ops", help="inspect the operation store")
     ops_sub = ops.add_subparsers(dest="ops_command", required=True)
@@ -73,6 +75,25 @@ def _parser() -> argparse.ArgumentParser:
     ops_net.add_argument("--limit", type=int, default=50)
     ops_net.add_argument("--json", action="store_true")
     return parser
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _pins_check_parser(pins: argparse.ArgumentParser) -> None:
+    check = pins.add_subparsers(dest="pins_command").add_parser(
+        "check", help="run each plugin's conformance check against an upstream release's own codex binary")
+    check.add_argument("--release", default=None, help="upstream tag rust-vX.Y.Z (default: the plugins' pin)")
+    check.add_argument("--plugin", action="append", default=[], metavar="NAME",
+                       help="only this plugin (entry-point or distribution name); repeat for more")
+    check.add_argument("--ci", action="store_true", help="bounded run: fixed seed, case count within CI's budget")
+    check.add_argument("--seed", type=int, default=None, help="seed of generated cases (default: each check's)")
+    check.add_argument("--cases", type=_count, default=None, help="generated cases per check (default: each check's)")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _build_app(args: argparse.Namespace):  # noqa: ANN202
@@ -117,6 +138,11 @@ def _plugins(args: argparse.Namespace) -> int:
 
 
 def _pins(args: argparse.Namespace) -> int:
+    if getattr(args, "pins_command", None) == "check":
+        from . import pin_checks
+        from .plugins import Plugins
+
+        return pin_checks.main(Plugins.load(), args)
     app = _build_app(args)
     infos = [i for i in app.plugins.listing() if i.status != "blocked"]
     releases = {(i.pin.project, i.pin.release) for i in infos if i.pin}
