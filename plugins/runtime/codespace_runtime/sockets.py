@@ -78,8 +78,8 @@ def address(dir_fd: int, path: Path) -> str:
     return short
 
 
-def bind_listener(directory: str | os.PathLike[str], name: str = SOCKET_NAME) -> tuple[socket.socket, int]:
-    """A listening socket at ``directory/name`` and its inode (for :func:`unlink_if_ours`).
+def bind_listener(directory: str | os.PathLike[str], name: str = SOCKET_NAME) -> tuple[socket.socket, tuple]:
+    """A listening socket at ``directory/name`` and its identity (for :func:`unlink_if_ours`).
     A stale socket there (one that refuses connections) is removed first; a live one raises
     :class:`AlreadyServing`; anything that is not a socket raises :class:`PlacementError` and
     is left alone."""
@@ -98,8 +98,7 @@ def bind_listener(directory: str | os.PathLike[str], name: str = SOCKET_NAME) ->
         finally:
             os.umask(previous)
         sock.listen(LISTEN_BACKLOG)
-        inode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_ino
-        return sock, inode
+        return sock, _identity(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
     finally:
         os.close(dir_fd)
 
@@ -135,7 +134,13 @@ def remove_stale(directory: str | os.PathLike[str], name: str = SOCKET_NAME) -> 
         os.close(dir_fd)
 
 
-def unlink_if_ours(directory: str | os.PathLike[str], inode: int, name: str = SOCKET_NAME) -> bool:
+def _identity(info: os.stat_result) -> tuple:
+    # The inode alone is not enough: a freed inode number is handed out again at once, so a
+    # successor's socket can have the one ours had. The change time tells them apart.
+    return info.st_dev, info.st_ino, info.st_ctime_ns
+
+
+def unlink_if_ours(directory: str | os.PathLike[str], identity: tuple, name: str = SOCKET_NAME) -> bool:
     """Remove ``directory/name`` if it is still the socket we bound (not a successor's)."""
     try:
         dir_fd = open_dir(directory)
@@ -143,7 +148,7 @@ def unlink_if_ours(directory: str | os.PathLike[str], inode: int, name: str = SO
         return False
     try:
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if stat.S_ISSOCK(info.st_mode) and info.st_ino == inode:
+        if stat.S_ISSOCK(info.st_mode) and _identity(info) == identity:
             os.unlink(name, dir_fd=dir_fd)
             return True
     except FileNotFoundError:

@@ -75,12 +75,12 @@ def _serve_hardened(args: ServeArgs) -> int:
     path = Path(args.socket)
     lock_fd = daemon.lock_pid_file(path.parent / daemon.PID_FILE)
     try:
-        listener, inode = sockets.bind_listener(path.parent, path.name)
+        listener, identity = sockets.bind_listener(path.parent, path.name)
         try:
             _log.info("serving %s on %s for uid(s) %s", view.root, path, ", ".join(map(str, allowed)))
             asyncio.run(_run_listener(listener, token, handlers, status, str(view.root), digest, allowed))
         finally:
-            sockets.unlink_if_ours(path.parent, inode, path.name)
+            sockets.unlink_if_ours(path.parent, identity, path.name)
             listener.close()
     finally:
         daemon.release_pid_file(path.parent / daemon.PID_FILE, lock_fd)
