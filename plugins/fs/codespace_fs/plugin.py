@@ -76,3 +76,10 @@ def codespace_doctor(workspace: WorkspaceView) -> list[Check]:
         "fs symlink policy", True, f"filesystem.symlinks = {workspace.policy.filesystem.symlinks!r}",
     ))
     return checks
+
+
+@hookimpl
+def codespace_pin_checks():  # noqa: ANN201
+    from .pin_compare import PIN_CHECK  # loads only in pin-check runs, never in the server
+
+    return [PIN_CHECK]
