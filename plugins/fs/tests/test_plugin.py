@@ -39,7 +39,7 @@ def test_codespace_plugins_shows_the_upstream_pin(ws, state):
         "project": "openai/codex", "release": "rust-v0.171.0",
         "components": ["codex-file-system", "codex-exec-server", "codex-utils-absolute-path", "codex-utils-path-uri"],
     }
-    assert fs["hooks"] == ["codespace_doctor", "codespace_filesystem"] and fs["error"] is None
+    assert fs["hooks"] == ["codespace_doctor", "codespace_filesystem", "codespace_pin_checks"] and fs["error"] is None
 
 
 def test_metadata_declares_dependencies_and_component_urls():
