@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "start":
             command.add_argument("--allow-uid", type=int, action="append", default=[], dest="allow_uids",
                                  help="a uid that may connect (repeatable; default: the worker's own)")
+            command.add_argument("--no-runner", action="store_true", help="serve only the built-in methods")
         if name == "status":
             command.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
@@ -58,13 +59,14 @@ def _daemon_command(args: argparse.Namespace) -> int:
     from codespace.contract import gate
 
     from . import daemon, sockets, tokens
+    from .client import WorkerError
 
     try:
         where = daemon.placement(args.workspace, args.token_file)
         if args.command == "status":
             return _print_status(daemon.status(where), args.json)
         if args.command == "start":
-            pid = daemon.start(where, args.allow_uids)
+            pid = daemon.start(where, args.allow_uids, runner=not args.no_runner)
             print(f"worker started: pid {pid}, socket {where.socket}")
             return 0
         print(daemon.stop(where))
@@ -75,7 +77,7 @@ def _daemon_command(args: argparse.Namespace) -> int:
     except (sockets.PlacementError, tokens.TokenError, gate.WorkspaceError) as exc:
         sys.stderr.write(f"codespace-worker: {exc}\n")
         return EXIT_USAGE
-    except OSError as exc:
+    except (OSError, WorkerError) as exc:
         sys.stderr.write(f"codespace-worker: {args.command} failed: {exc}\n")
         return EXIT_FAILED
 

@@ -108,6 +108,11 @@ class WorkerClient:
         result = await request_once(sock, 0, "hello", hello.model_dump())
         return cls(sock, p.Welcome.model_validate(result))
 
+    @property
+    def is_open(self) -> bool:
+        """False once the connection has dropped (every later call raises :class:`WorkerGone`)."""
+        return self._gone is None
+
     def on_notification(self, fn: NotificationCallback) -> NotificationCallback:
         """Call ``fn(method, params, fds)`` for every notification (it owns the descriptors)."""
         self._callbacks.append(fn)

@@ -114,7 +114,7 @@ def status(where: Placement) -> dict:
     return report
 
 
-def start(where: Placement, allow_uids: list[int]) -> int:
+def start(where: Placement, allow_uids: list[int], *, runner: bool = True) -> int:
     """Start the worker in the background; its pid once it answers ``status``."""
     tokens.create_token(where.token_file)
     tokens.load_token(where.token_file)  # refuse a bad token file here, not in the log
@@ -125,6 +125,8 @@ def start(where: Placement, allow_uids: list[int]) -> int:
             "--socket", str(where.socket), "--token-file", str(where.token_file)]
     for uid in allow_uids:
         argv += ["--allow-uid", str(uid)]
+    if not runner:
+        argv.append("--no-runner")
     log = os.open(where.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,

@@ -96,9 +96,5 @@ def worker(tmp_path: Path):
     stop_worker(running)
 
 
-def have_unprivileged_user() -> bool:
-    return os.geteuid() == 0 and Path("/usr/bin/setpriv").exists() or os.path.exists("/bin/setpriv")
-
-
 def as_uid(uid: int, argv: list[str]) -> list[str]:
     return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv]
