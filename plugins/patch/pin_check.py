@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=pin.DEFAULT_CASES, help="generated cases (default 2000)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the generated cases (default: random)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--codex-version", default=PIN_VERSION, help=f"release to check against (default {PIN_VERSION})")
+    parser.add_argument("--codex-version", default=None,
+                        help="release to check against, e.g. 0.171.0 (default: the package's declared pin)")
     parser.add_argument("--backend", choices=["auto", "real", "test"], default="auto",
                         help="file-system backend for CodeSpace's side: codespace-fs, or the tests' backend")
     parser.add_argument("--no-fetch", action="store_true", help="fail instead of downloading the binary")
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cases = pin.CI_CASES if args.ci else args.cases
     seed = (pin.CI_SEED if args.ci else random.randrange(1, 10**6)) if args.seed is None else args.seed
+    declared = pin.declared_pin()[1]
+    args.codex_version = args.codex_version or (declared or f"rust-v{PIN_VERSION}").removeprefix("rust-v")
     release = f"rust-v{args.codex_version}"
 
     say(f"pin check: {pin.PLUGIN} against openai/codex {release}")
