@@ -177,6 +177,8 @@ class Worker:
     async def _lost(self, gone: WorkerGone, what: str) -> RunnerLost:
         how = await self._how_it_ended()
         self.last_failure = f"the {self.mode} worker (pid {self.pid}) {how} during {what}"
+        if self._client is not None and getattr(self._client, "_gone", None) is not None:
+            await self._discard()  # reaped and forgotten: the next call starts another
         self._record()
         if gone.dispatched:
             tail = ("the request had been sent, so it may have run: check its effects (read the file, stat the "
