@@ -64,7 +64,8 @@ def serve(args: ServeArgs) -> int:
 
 
 def _serve_hardened(args: ServeArgs) -> int:
-    view = gate.open_workspace(args.workspace)
+    # The policy file a server starting its child names (the runner loads the same file).
+    view = gate.open_workspace(args.workspace, policy_path=os.environ.get("CODESPACE_WORKER_POLICY") or None)
     token = tokens.load_token(args.token_file)
     handlers, status = load_handlers(str(view.root)) if args.runner else ({}, dict)
     digest = policy_digest(view)
@@ -134,7 +135,7 @@ async def _run_child(channel: socket.socket, token: bytes, handlers: Mapping[str
         channel.close()
         raise StartError(f"the peer of --fd runs as uid {uid}, which is not allowed (--allow-uid)")
     serving = asyncio.create_task(serve_connection(channel, token, handlers, status, workspace=root,
-                                                   policy_digest=digest, stop=stop))
+                                                   policy_digest=digest, stop=stop, errors=_errors(handlers)))
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
     for task in (serving, stopping):
@@ -148,4 +149,14 @@ async def _run_listener(listener: socket.socket, token: bytes, handlers: Mapping
     stop = asyncio.Event()
     _stop_on_signals(stop)
     await serve_listener(listener, token, handlers, status, allowed_uids=allowed, workspace=root,
-                         policy_digest=digest, stop=stop)
+                         policy_digest=digest, stop=stop, errors=_errors(handlers))
+
+
+def _errors(handlers: Mapping[str, Handler]):  # noqa: ANN202 - service.ErrorMapper | None
+    """The runner's mapping of backend errors (FsError, Refused, ...) into Error.data, so the
+    server raises them again as they were; none without a runner."""
+    if not handlers:
+        return None
+    from .errors_wire import map_error
+
+    return map_error
