@@ -1,186 +1,314 @@
-"""One query atom against one path: nucleo's scores and matched indices, in Python.
+"""One atom against one prepared path: nucleo's score and matched indices, in Python.
 
-The fuzzy kind is the optimal alignment (a score matrix over the needle's characters and
-the haystack's positions, as nucleo computes it); the exact kinds (substring, prefix,
-postfix, whole) score their one contiguous run the same way. Texts arrive prepared
-(``matcher_chars.prepare``: folded, maybe normalised) beside their bonus lists, so a
-path is prepared once for all atoms.
+Each function takes the prepared haystack (``matcher_chars.Hay``), its characters as this
+atom compares them (``h``: folded, normalised or not) and the atom's folded needle ``n``,
+and answers ``(score, indices)`` or None. They follow nucleo-matcher's observable
+behaviour, quirks included, because Codex's answers carry them: a one-character atom
+takes the first best-bonus occurrence and stops at the first boundary; a fuzzy atom runs
+the optimal alignment only between the first occurrence of its first character and the
+last of its last, and equal alignments resolve as nucleo's matrix resolves them (a skip
+over a consecutive run when both score the same, the rightmost end among equal ends); in a
+non-ASCII path, a one-character or substring atom judges each candidate's bonus against
+the previous *candidate's* class, not its left neighbour's.
 """
 
 from __future__ import annotations
 
 from .matcher_chars import (
-    BONUS_BOUNDARY, BONUS_CONSECUTIVE, BONUS_FIRST_CHAR_MULTIPLIER, PENALTY_GAP_EXTENSION,
-    PENALTY_GAP_START, SCORE_MATCH,
+    BONUS_BOUNDARY, BONUS_BOUNDARY_WHITE, BONUS_CONSECUTIVE, INITIAL_CLASS, PENALTY_GAP_EXTENSION,
+    PENALTY_GAP_START, SCORE_MATCH, Hay, _BONUS,
 )
 
-Match = tuple[int, list[int]]  # (score, indices)
+Match = tuple[int, list[int]]
 
 
-def score_run(bonus: list[int], start: int, length: int) -> int:
-    """The score of ``length`` consecutive matched positions from ``start``."""
+def run_score(hay: Hay, h: str, n: str, start: int, end: int) -> Match:
+    """Score the greedy walk of ``n`` through ``h[start:end]`` (``h[start]`` matches ``n[0]``)."""
+    bonus = hay.bonus
     first = bonus[start]
-    score = SCORE_MATCH + first * BONUS_FIRST_CHAR_MULTIPLIER
-    for j in range(start + 1, start + length):
-        b = bonus[j]
-        if b >= BONUS_BOUNDARY and b > first:
-            first = b
-        score += SCORE_MATCH + max(b, first, BONUS_CONSECUTIVE)
-    return score
+    score = SCORE_MATCH + 2 * first
+    indices = [start]
+    k = 1
+    want = n[1] if len(n) > 1 else n[0]
+    in_gap = False
+    consecutive = True
+    for i in range(start + 1, end):
+        if h[i] == want:
+            indices.append(i)
+            b = bonus[i]
+            if consecutive:
+                if b >= BONUS_BOUNDARY and b > first:
+                    first = b
+                b = max(b, first, BONUS_CONSECUTIVE)
+            else:
+                first = b
+            score += SCORE_MATCH + b
+            in_gap, consecutive = False, True
+            k += 1
+            if k < len(n):
+                want = n[k]
+        else:
+            score = max(score - (PENALTY_GAP_EXTENSION if in_gap else PENALTY_GAP_START), 0)
+            in_gap, consecutive = True, False
+    return score, indices
 
 
-def substring(h: str, bonus: list[int], n: str) -> Match | None:
-    """The best-scoring occurrence of ``n`` in ``h`` (the first of equal ones)."""
-    at = h.find(n)
-    best: Match | None = None
+def _exact_range(hay: Hay, h: str, n: str, n_ascii: bool, start: int, end: int) -> Match | None:
+    if end - start != len(n) or (hay.ascii and not n_ascii) or h[start:end] != n:
+        return None
+    return run_score(hay, h, n, start, end)
+
+
+def _one_ascii(hay: Hay, h: str, c: str) -> Match | None:
+    bonus = hay.bonus
+    best = pos = 0
+    at = h.find(c)
     while at >= 0:
-        score = score_run(bonus, at, len(n))
-        if best is None or score > best[0]:
-            best = (score, list(range(at, at + len(n))))
-        at = h.find(n, at + 1)
-    return best
+        b = bonus[at]
+        if SCORE_MATCH + 2 * b > best:
+            best, pos = SCORE_MATCH + 2 * b, at
+            if b >= BONUS_BOUNDARY_WHITE:
+                break
+        at = h.find(c, at + 1)
+    return (best, [pos]) if best else None
 
 
-def _lead(h: str, n: str) -> int:
-    if n[:1].isspace():
-        return 0
-    return len(h) - len(h.lstrip())
-
-
-def _trail(h: str, n: str) -> int:
-    if n[-1:].isspace():
-        return len(h)
-    return len(h.rstrip())
-
-
-def prefix(h: str, bonus: list[int], n: str) -> Match | None:
-    at = _lead(h, n)
-    if not h.startswith(n, at):
-        return None
-    return score_run(bonus, at, len(n)), list(range(at, at + len(n)))
-
-
-def postfix(h: str, bonus: list[int], n: str) -> Match | None:
-    end = _trail(h, n)
-    at = end - len(n)
-    if at < 0 or h[at:end] != n:
-        return None
-    return score_run(bonus, at, len(n)), list(range(at, end))
-
-
-def exact(h: str, bonus: list[int], n: str) -> Match | None:
-    at, end = _lead(h, n), _trail(h, n)
-    if h[at:end] != n:
-        return None
-    return score_run(bonus, at, len(n)), list(range(at, end))
-
-
-def fuzzy(h: str, bonus: list[int], n: str) -> Match | None:
-    """The optimal alignment of ``n`` as a subsequence of ``h``, or None."""
-    if len(n) == 1:
-        return _single(h, bonus, n)
-    start = h.find(n[0])
+def _one_unicode(hay: Hay, h: str, c: str) -> Match | None:
+    start = h.find(c)
     if start < 0:
         return None
+    classes = hay.classes
+    prev = classes[start - 1] if start else INITIAL_CLASS
+    best = pos = 0
+    at = start
+    while at >= 0:
+        cls = classes[at]
+        b = _BONUS[prev][cls]
+        prev = cls
+        if SCORE_MATCH + 2 * b > best:
+            best, pos = SCORE_MATCH + 2 * b, at
+            if b >= BONUS_BOUNDARY_WHITE:
+                break
+        at = h.find(c, at + 1)
+    return best, [pos]
+
+
+def fuzzy(hay: Hay, h: str, n: str, n_ascii: bool) -> Match | None:
+    size, width = len(n), len(h)
+    if size > width:
+        return None
+    if size == width:
+        return _exact_range(hay, h, n, n_ascii, 0, width)
+    if hay.ascii:
+        if not n_ascii:
+            return None
+        if size == 1:
+            return _one_ascii(hay, h, n)
+        start = h.find(n[0], 0, width - size + 1)
+        if start < 0:
+            return None
+        greedy = start
+        for c in n[1:]:
+            greedy = h.find(c, greedy + 1)
+            if greedy < 0:
+                return None
+        greedy += 1
+        end = max(h.rfind(n[-1], greedy), greedy - 1) + 1
+        if size == end - start:
+            return run_score(hay, h, n, start, greedy)
+        return _optimal(hay, h, n, start, end)
+    if size == 1:
+        return _one_unicode(hay, h, n)
+    start = h.find(n[0], 0, width - size + 1)
+    if start < 0:
+        return None
+    end = h.rfind(n[-1], start + 1) + 1
+    if end <= 0 or end - start < size:
+        return None
+    if size == end - start:
+        return _exact_range(hay, h, n, n_ascii, start, end)
+    return _optimal(hay, h, n, start, end)
+
+
+def _optimal(hay: Hay, h: str, n: str, start: int, end: int) -> Match | None:  # noqa: C901 - one matrix pass
+    """The best alignment of ``n`` in ``h[start:end]``: per row, the score of matching that
+    needle character at each column (``m``), whether it continued a run (``diag``), and
+    per column the best gap score after this row's last match (``p``, ``p_from_m``)."""
+    bonus = hay.bonus
+    size = len(n)
+    offs = [start]
     at = start
     for c in n[1:]:
-        at = h.find(c, at + 1)
+        at = h.find(c, at + 1, end)
         if at < 0:
-            return None
-    end = h.rfind(n[-1]) + 1
-    return _align(h, bonus, n, start, end)
-
-
-def _single(h: str, bonus: list[int], n: str) -> Match | None:
-    at = h.find(n)
-    if at < 0:
-        return None
-    best_at, best = at, bonus[at]
-    at = h.find(n, at + 1)
-    while at >= 0:
-        if bonus[at] > best:
-            best_at, best = at, bonus[at]
-        at = h.find(n, at + 1)
-    return SCORE_MATCH + best * BONUS_FIRST_CHAR_MULTIPLIER, [best_at]
-
-
-def _align(h: str, bonus: list[int], n: str, start: int, end: int) -> Match:  # noqa: C901 - one matrix pass
-    width = end - start
-    rows = len(n)
-    # Per row: m[j] score with n[i] matched at start+j (0: none), cb[j] its run's first bonus,
-    # diag[j] whether the match continues a run; g[j] the gap score after a match, gm[j] whether
-    # that gap opened right after a match (else it extends an older gap).
-    ms: list[list[int]] = []
-    diags: list[list[bool]] = []
-    gms: list[list[bool]] = []
-    prev_m: list[int] = []
-    prev_g: list[int] = []
-    prev_cb: list[int] = []
-    for i in range(rows):
-        c = n[i]
-        m = [0] * width
-        cb = [0] * width
-        diag = [False] * width
-        g = [0] * width
-        gm = [False] * width
-        last_m = 0
-        last_g = -1  # -1: no match of this row yet (a gap needs one before it)
-        for j in range(width):
-            if j > 0:
-                if last_m:
-                    from_m = last_m - PENALTY_GAP_START
-                    from_g = last_g - PENALTY_GAP_EXTENSION if last_g >= 0 else -1
-                    if from_m > from_g:  # equal: keep the older match (upstream's indices do)
-                        g[j], gm[j] = max(from_m, 0), True
-                    else:
-                        g[j] = max(from_g, 0)
-                    last_g = g[j]
-                elif last_g >= 0:
-                    g[j] = max(last_g - PENALTY_GAP_EXTENSION, 0)
-                    last_g = g[j]
-                else:
-                    g[j] = -1
+            return None  # a non-ASCII path the prefilter let through
+        offs.append(at)
+    m = [0] * end
+    cb = [0] * end
+    c0 = n[0]
+    for j in range(start, end):
+        if h[j] == c0:
+            m[j] = SCORE_MATCH + 2 * bonus[j]
+            cb[j] = bonus[j]
+    ms, diags, pfs = [m], [[False] * end], []
+    for i in range(size - 1):
+        nxt = n[i + 1]
+        m2, cb2, diag2, pf = [0] * end, [0] * end, [False] * end, [False] * end
+        prev_p = prev_m = 0
+        for j in range(offs[i], end):
+            from_m = prev_m - PENALTY_GAP_START if prev_m > PENALTY_GAP_START else 0
+            from_p = prev_p - PENALTY_GAP_EXTENSION if prev_p > PENALTY_GAP_EXTENSION else 0
+            if from_m > from_p:
+                p = from_m
+                pf[j] = True
             else:
-                g[j] = -1
-            if h[start + j] == c:
-                b = bonus[start + j]
-                if i == 0:
-                    m[j], cb[j] = SCORE_MATCH + b * BONUS_FIRST_CHAR_MULTIPLIER, b
-                elif j > 0:
-                    score_d = -1
-                    first = 0
-                    if prev_m[j - 1]:
-                        first = prev_cb[j - 1]
-                        if b >= BONUS_BOUNDARY and b > first:
-                            first = b
-                        score_d = prev_m[j - 1] + SCORE_MATCH + max(b, first, BONUS_CONSECUTIVE)
-                    score_g = prev_g[j - 1] + SCORE_MATCH + b if prev_g[j - 1] >= 0 else -1
-                    if score_d >= 0 and score_d >= score_g:
-                        m[j], cb[j], diag[j] = score_d, first, True
-                    elif score_g >= 0:
-                        m[j], cb[j] = score_g, b
-            last_m = m[j]
-        ms.append(m)
-        diags.append(diag)
-        gms.append(gm)
-        prev_m, prev_g, prev_cb = m, g, cb
-    last = ms[-1]
-    best_j = max(range(width - 1, -1, -1), key=last.__getitem__)  # equal ends: the rightmost, as upstream
-    return last[best_j], _trace(ms, diags, gms, best_j, start)
+                p = from_p
+            here = m[j]
+            if j + 1 < end and h[j + 1] == nxt:
+                b = bonus[j + 1]
+                if not here:
+                    m2[j + 1], cb2[j + 1] = p + b + SCORE_MATCH, b
+                else:
+                    run = cb[j] if cb[j] > BONUS_CONSECUTIVE else BONUS_CONSECUTIVE
+                    if b >= BONUS_BOUNDARY and b > run:
+                        run = b
+                    by_run = here + (run if run > b else b)
+                    by_gap = p + b
+                    if by_run > by_gap:
+                        m2[j + 1], cb2[j + 1], diag2[j + 1] = by_run + SCORE_MATCH, run, True
+                    else:
+                        m2[j + 1], cb2[j + 1] = by_gap + SCORE_MATCH, b
+            prev_p, prev_m = p, here
+        pfs.append(pf)
+        ms.append(m2)
+        diags.append(diag2)
+        m, cb = m2, cb2
+    best_j, best = -1, 0
+    for j in range(offs[-1], end):
+        if m[j] >= best and m[j]:
+            best_j, best = j, m[j]
+    if best_j < 0:
+        return None
+    return best, _trace(diags, pfs, size - 1, best_j)
 
 
-def _trace(ms: list[list[int]], diags: list[list[bool]], gms: list[list[bool]], j: int, start: int) -> list[int]:
-    out = [0] * len(ms)
-    i = len(ms) - 1
+def _trace(diags: list[list[bool]], pfs: list[list[bool]], i: int, j: int) -> list[int]:
+    out = [0] * (i + 1)
+    in_m = True
     while True:
-        out[i] = start + j
-        if i == 0:
-            return out
-        if diags[i][j]:
-            i, j = i - 1, j - 1
-            continue
-        # A gap in row i-1 ending at j-1: walk it back to the match that opened it.
-        i, j = i - 1, j - 1
-        while not gms[i][j]:
-            j -= 1
+        if in_m:
+            out[i] = j
+            if i == 0:
+                return out
+            in_m = diags[i][j]
+            i -= 1
+        else:
+            in_m = pfs[i][j]
         j -= 1
+
+
+def _edges(hay: Hay, n: str) -> tuple[int, int]:
+    """(leading, trailing) whitespace of the path that an anchored atom skips."""
+    text = hay.text
+    lead = 0 if n[:1].isspace() else len(text) - len(text.lstrip())
+    trail = 0 if n[-1:].isspace() else len(text) - len(text.rstrip())
+    if lead == len(text):
+        lead = trail = 0  # an all-blank path: nucleo counts no blanks at all
+    return lead, trail
+
+
+def prefix(hay: Hay, h: str, n: str, n_ascii: bool) -> Match | None:
+    lead, _ = _edges(hay, n)
+    if len(h) - lead < len(n):
+        return None
+    return _exact_range(hay, h, n, n_ascii, lead, lead + len(n))
+
+
+def postfix(hay: Hay, h: str, n: str, n_ascii: bool) -> Match | None:
+    _, trail = _edges(hay, n)
+    if len(h) - trail < len(n):
+        return None
+    return _exact_range(hay, h, n, n_ascii, len(h) - len(n) - trail, len(h) - trail)
+
+
+def exact(hay: Hay, h: str, n: str, n_ascii: bool) -> Match | None:
+    lead, trail = _edges(hay, n)
+    if trail == len(h):
+        return None
+    return _exact_range(hay, h, n, n_ascii, lead, len(h) - trail)
+
+
+def substring(hay: Hay, h: str, n: str, n_ascii: bool) -> Match | None:
+    size, width = len(n), len(h)
+    if size > width:
+        return None
+    if size == width:
+        return _exact_range(hay, h, n, n_ascii, 0, width)
+    if hay.ascii:
+        if not n_ascii:
+            return None
+        if size == 1:
+            return _one_ascii(hay, h, n)
+        at = _substring_ascii(hay, h, n)
+    else:
+        if size == 1:
+            return _one_unicode(hay, h, n)
+        at = _substring_unicode(hay, h, n)
+    if at is None:
+        return None
+    return run_score(hay, h, n, at, at + size)
+
+
+def _best_start(hay: Hay, h: str, n: str, candidates) -> int | None:  # noqa: ANN001 - an iterator of int
+    bonus = hay.bonus
+    best = pos = 0
+    for at in candidates:
+        score = SCORE_MATCH + 2 * bonus[at]
+        if score > best and h.startswith(n[1:], at + 1):
+            best, pos = score, at
+            if bonus[at] >= BONUS_BOUNDARY_WHITE:
+                break
+    return pos if best else None
+
+
+def _finds(text: str, n: str, stop: int):  # noqa: ANN202
+    at = text.find(n, 0, stop)
+    while at >= 0:
+        yield at
+        at = text.find(n, at + 1, stop)
+
+
+def _substring_ascii(hay: Hay, h: str, n: str) -> int | None:
+    """Where nucleo's ASCII substring search settles: candidates for the first character
+    (any case), or, when the needle starts with non-letters, whole occurrences in the
+    path as written that end before ``len - len(n) + k`` (k: the first letter's index)."""
+    size, width = len(n), len(h)
+    letter = next((k for k, c in enumerate(n) if "a" <= c <= "z"), None)
+    if letter is None:
+        return _best_start(hay, h, n, _finds(hay.text, n, width))
+    if letter <= 1:
+        return _best_start(hay, h, n, _finds(h, n[0], width - size + 1))
+    return _best_start(hay, h, n, _finds(hay.text, n, width - size + letter))
+
+
+def _substring_unicode(hay: Hay, h: str, n: str) -> int | None:
+    """Candidates from the first occurrence on, each bonus judged against the previous
+    candidate's class; the last possible start (the path's tail) is never tried."""
+    size, width = len(n), len(h)
+    start = h.find(n[0], 0, width - size + 1)
+    if start < 0 or h.rfind(n[-1], start + 1) + 1 - start < size:
+        return None
+    classes = hay.classes
+    prev = classes[start - 1] if start else INITIAL_CLASS
+    best = pos = 0
+    at = h.find(n[0], start, width - size)
+    while at >= 0:
+        cls = classes[at]
+        b = _BONUS[prev][cls]
+        prev = cls
+        if SCORE_MATCH + 2 * b > best and h.startswith(n[1:], at + 1):
+            best, pos = SCORE_MATCH + 2 * b, at
+            if b >= BONUS_BOUNDARY_WHITE:
+                break
+        at = h.find(n[0], at + 1, width - size)
+    return pos if best else None

@@ -1,14 +1,19 @@
-"""Characters as nucleo's path matcher sees them: a class each (for the bonuses), case
-folded, and Latin letters with diacritics reduced to their base letter ("smart"
-normalisation: only when the query itself has no such letter).
+"""Characters as nucleo's path matcher (nucleo-matcher at helix-editor/nucleo 4253de9, the
+revision codex 0.171.0 builds) sees them: a class each (for the bonuses), case folded, and
+Latin variants of ASCII letters reduced to that letter ("smart" normalisation, which an
+atom turns off when its own text holds such a letter).
 
-Written from nucleo-matcher's documented behaviour and checked against the pinned
-binary's answers (plugins/file_search/pin_check.py), not translated from its source.
+Written from the matcher's behaviour (read in its source, checked against the pinned
+binary by plugins/file_search/pin_check.py), not translated from it. Scores are nucleo's:
+16 a matched character, -3 opening a gap, -1 extending it; a bonus by the character's
+class and its left neighbour's, doubled on an atom's first character.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from dataclasses import dataclass
 from functools import lru_cache
 
 # Classes, ordered as the bonus rules compare them: word characters sort above DELIMITER.
@@ -22,34 +27,51 @@ BONUS_NON_WORD = SCORE_MATCH // 2
 BONUS_CAMEL123 = BONUS_BOUNDARY - PENALTY_GAP_START
 BONUS_CONSECUTIVE = PENALTY_GAP_START + PENALTY_GAP_EXTENSION
 BONUS_FIRST_CHAR_MULTIPLIER = 2
-# The path configuration: '/' separates components, the start of a path counts as one.
+# The path configuration codex uses: only '/' delimits, a space earns the plain boundary
+# bonus, and the start of a path counts as just after a delimiter.
 BONUS_BOUNDARY_WHITE = BONUS_BOUNDARY
 BONUS_BOUNDARY_DELIMITER = BONUS_BOUNDARY + 1
 INITIAL_CLASS = DELIMITER
-DELIMITERS = "/"
+
+_ASCII_CLASS = [NON_WORD] * 128
+for _c in range(128):
+    _ch = chr(_c)
+    if "a" <= _ch <= "z":
+        _ASCII_CLASS[_c] = LOWER
+    elif "A" <= _ch <= "Z":
+        _ASCII_CLASS[_c] = UPPER
+    elif "0" <= _ch <= "9":
+        _ASCII_CLASS[_c] = NUMBER
+    elif _ch in " \t\n\x0b\x0c\r":
+        _ASCII_CLASS[_c] = WHITESPACE
+    elif _ch == "/":
+        _ASCII_CLASS[_c] = DELIMITER
 
 
-def _ascii_class(c: str) -> int:
-    if "a" <= c <= "z":
-        return LOWER
-    if "A" <= c <= "Z":
-        return UPPER
-    if "0" <= c <= "9":
-        return NUMBER
-    if c in " \t\n\r\x0b\x0c":
-        return WHITESPACE
-    if c in DELIMITERS:
-        return DELIMITER
-    return NON_WORD
+@lru_cache(maxsize=65536)
+def fold(c: str) -> str:
+    """Simple (one for one) case folding: a fold that would lengthen leaves ``c``."""
+    if c < "\x80":
+        return c.lower()
+    f = c.casefold()
+    if len(f) == 1:
+        return f
+    low = c.lower()
+    return low if len(low) == 1 else c
+
+
+def is_upper(c: str) -> bool:
+    """Upper in nucleo's sense: a character that folds to another one."""
+    return fold(c) != c
 
 
 @lru_cache(maxsize=65536)
 def char_class(c: str) -> int:
     if c < "\x80":
-        return _ascii_class(c)
+        return _ASCII_CLASS[ord(c)]
     if c.islower():
         return LOWER
-    if c.isupper():
+    if is_upper(c):
         return UPPER
     if unicodedata.category(c) in ("Nd", "Nl", "No"):
         return NUMBER
@@ -60,36 +82,25 @@ def char_class(c: str) -> int:
     return NON_WORD
 
 
+_LATIN_NAME = re.compile(r"LATIN (SMALL|CAPITAL) LETTER (?:(?:SHARP|LONG|DOTLESS|TURNED|REVERSED|SMALL CAPITAL|"
+                         r"SCRIPT|OPEN|CLOSED|BARRED|MIDDLE-TILDE|INSULAR) )?([A-Z])\b")
+
+
 @lru_cache(maxsize=65536)
 def normalize(c: str) -> str:
-    """The base letter of a Latin letter with diacritics (é -> e), else ``c``."""
-    if c < "\x80" or not ("\u00c0" <= c <= "\u024f" or "\u1e00" <= c <= "\u1eff"):
+    """The ASCII letter a Latin variant stands for (é -> e, ß -> s, ø -> o), else ``c``; only in
+    the blocks nucleo normalises (Latin-1 to Latin Extended-B, Latin Extended Additional,
+    super- and subscripts)."""
+    cp = ord(c)
+    if not (0xA0 <= cp <= 0x29F or 0x1E00 <= cp <= 0x1EFF or 0x2070 <= cp <= 0x209F):
         return c
-    base = unicodedata.normalize("NFD", c)[0]
-    return base if base < "\x80" and base.isalpha() else c
-
-
-@lru_cache(maxsize=65536)
-def fold(c: str) -> str:
-    """Lower case, one character for one (a fold that would lengthen leaves ``c``)."""
-    if c < "\x80":
-        return c.lower()
-    low = c.lower()
-    return low if len(low) == 1 else c
-
-
-def needs_normalizing(query: str) -> bool:
-    """Smart normalisation: reduce the haystack's diacritics only while the query has none."""
-    return all(normalize(c) == c for c in query)
-
-
-def prepare(text: str, normalizing: bool) -> str:
-    """``text`` folded (and normalised) character for character: indices stay valid."""
-    if text.isascii():
-        return text.lower()
-    if normalizing:
-        return "".join(fold(normalize(c)) for c in text)
-    return "".join(fold(c) for c in text)
+    decomposed = unicodedata.normalize("NFKD", c)
+    if decomposed and decomposed[0] != c and decomposed[0].isascii() and decomposed[0].isalnum():
+        return decomposed[0]
+    m = _LATIN_NAME.match(unicodedata.name(c, ""))
+    if m:
+        return m.group(2).lower() if m.group(1) == "SMALL" else m.group(2)
+    return c
 
 
 def bonus_for(prev: int, cls: int) -> int:
@@ -109,12 +120,51 @@ def bonus_for(prev: int, cls: int) -> int:
     return 0
 
 
-def bonuses(text: str) -> list[int]:
-    """The bonus a match earns at each position of ``text`` (from its class and its left neighbour's)."""
-    out = []
+_BONUS = [[bonus_for(p, c) for c in range(7)] for p in range(7)]
+
+
+@dataclass(eq=False)
+class Hay:
+    """A haystack prepared once for every atom: its classes, the bonus at each position,
+    and its characters folded (``plain``) and folded after normalising (``normed``)."""
+
+    text: str
+    ascii: bool
+    classes: list[int]
+    bonus: list[int]
+    plain: str
+    _normed: str | None = None
+
+    def chars(self, normalizing: bool) -> str:
+        if self.ascii or not normalizing:
+            return self.plain
+        if self._normed is None:
+            self._normed = "".join(fold(normalize(c)) for c in self.text)
+        return self._normed
+
+
+def prepare(text: str) -> Hay:
+    if text.isascii():
+        classes = [_ASCII_CLASS[b] for b in text.encode()]
+        plain = text.lower()
+        is_ascii = True
+    else:
+        classes = [char_class(c) for c in text]
+        # Without normalisation nucleo folds only what it classes as upper case.
+        plain = "".join(fold(c) if cls == UPPER else c for c, cls in zip(text, classes))
+        is_ascii = False
+    bonus = []
     prev = INITIAL_CLASS
-    for c in text:
-        cls = char_class(c)
-        out.append(bonus_for(prev, cls))
+    for cls in classes:
+        bonus.append(_BONUS[prev][cls])
         prev = cls
-    return out
+    return Hay(text, is_ascii, classes, bonus, plain)
+
+
+def fold_needle(text: str) -> str:
+    return text.lower() if text.isascii() else "".join(fold(c) for c in text)
+
+
+def needle_normalizes(folded: str) -> bool:
+    """Smart normalisation: an atom normalises paths only while it has no normalisable letter."""
+    return folded.isascii() or all(normalize(c) == c for c in folded)

@@ -3,12 +3,12 @@
 Syntax: atoms separated by unescaped whitespace (``\\ `` is a literal space); ``!``
 negates an atom (the path must not contain it), ``^`` anchors it at the start, ``$``
 at the end (``^x$``: the whole path), ``'`` asks for a contiguous substring; ``\\``
-before ``!``, ``^``, ``'`` or a final ``$`` makes it literal. Matching ignores case and,
-while the query has no accented Latin letter, accents in paths.
+before ``!``, ``^``, ``'`` or a final ``$`` makes it literal. Matching ignores case; an
+atom without accented Latin letters also ignores accents in paths.
 
-Tier (the score's high 16 bits): 3 for a file whose name equals the query, 2 for a
-directory whose name equals it, 1 for a file whose name holds the query as a
-subsequence; compared on the raw query text (trimmed), folded like the paths.
+Tier (the score's high 16 bits), only for a query of one plain fuzzy atom: 3 for a file
+whose name is the atom, 1 for a file whose name matches it (and then the score and indices
+are the name's, placed in the path), 2 for a directory whose name is the atom.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from . import matcher
-from .matcher_chars import bonuses, needs_normalizing, prepare
+from .matcher_chars import Hay, fold_needle, needle_normalizes, prepare
 
 FUZZY, SUBSTRING, PREFIX, POSTFIX, EXACT = "fuzzy", "substring", "prefix", "postfix", "exact"
 _KINDS = {FUZZY: matcher.fuzzy, SUBSTRING: matcher.substring, PREFIX: matcher.prefix,
@@ -28,25 +28,35 @@ _ATOM_SPLIT = re.compile(r"(?<!\\)\s+")
 @dataclass(frozen=True)
 class Atom:
     needle: str
-    """Prepared (folded) text to find."""
+    """Folded text to find."""
     kind: str
     negative: bool
+    normalizing: bool
+    """Whether paths are compared with their accents removed (the needle has none)."""
+    ascii: bool
+
+    def match(self, hay: Hay) -> matcher.Match | None:
+        return _KINDS[self.kind](hay, hay.chars(self.normalizing), self.needle, self.ascii)
 
 
 @dataclass(frozen=True)
 class Query:
     text: str
     atoms: tuple[Atom, ...]
-    normalizing: bool
-    folded: str
-    """The raw text, folded like paths: what the tier compares names with."""
 
     @property
     def empty(self) -> bool:
         return not self.text
 
+    @property
+    def named(self) -> Atom | None:
+        """The atom names are tiered by: the only atom, when it is plain fuzzy."""
+        if len(self.atoms) == 1 and self.atoms[0].kind == FUZZY and not self.atoms[0].negative:
+            return self.atoms[0]
+        return None
 
-def parse_atom(raw: str, normalizing: bool) -> Atom:
+
+def parse_atom(raw: str) -> Atom:
     negative = False
     if raw.startswith("!"):
         raw, negative = raw[1:], True
@@ -59,43 +69,38 @@ def parse_atom(raw: str, normalizing: bool) -> Atom:
         raw, kind = raw[1:], SUBSTRING
     elif raw.startswith(("\\^", "\\'")):
         raw = raw[1:]
+    dollar = ""
     if raw.endswith("\\$"):
-        raw = raw[:-2] + "$"
+        raw, dollar = raw[:-2], "$"
     elif raw.endswith("$"):
         raw = raw[:-1]
         kind = POSTFIX if kind == FUZZY else EXACT
     if negative and kind == FUZZY:
         kind = SUBSTRING
-    raw = raw.replace("\\ ", " ")
-    return Atom(prepare(raw, normalizing), kind, negative)
+    needle = fold_needle(raw.replace("\\ ", " ") + dollar)
+    return Atom(needle, kind, negative, needle_normalizes(needle), needle.isascii())
 
 
 def parse(text: str) -> Query:
-    normalizing = needs_normalizing(text)
     atoms = []
     for raw in _ATOM_SPLIT.split(text):
-        if not raw:
-            continue
-        atom = parse_atom(raw, normalizing)
-        if atom.needle:
-            atoms.append(atom)
-    return Query(text, tuple(atoms), normalizing, prepare(text, normalizing))
+        if raw:
+            atom = parse_atom(raw)
+            if atom.needle:
+                atoms.append(atom)
+    return Query(text, tuple(atoms))
 
 
-def score(query: Query, path: str) -> tuple[int, list[int]] | None:
-    """nucleo's score of ``path`` (the sum over atoms) and its matched indices, or None."""
-    h = prepare(path, query.normalizing)
-    bonus: list[int] | None = None
+def score_hay(query: Query, hay: Hay) -> tuple[int, list[int]] | None:
+    """nucleo's score of a prepared path (the sum over atoms) and its matched indices, or None."""
     total = 0
     indices: set[int] = set()
     for atom in query.atoms:
+        found = atom.match(hay)
         if atom.negative:
-            if atom.needle in h and _KINDS[atom.kind](h, bonus or bonuses(path), atom.needle) is not None:
+            if found is not None:
                 return None
             continue
-        if bonus is None:
-            bonus = bonuses(path)
-        found = _KINDS[atom.kind](h, bonus, atom.needle)
         if found is None:
             return None
         total += found[0]
@@ -103,23 +108,37 @@ def score(query: Query, path: str) -> tuple[int, list[int]] | None:
     return total, sorted(indices)
 
 
+def score(query: Query, path: str) -> tuple[int, list[int]] | None:
+    return score_hay(query, prepare(path))
+
+
+def ranked(query: Query, path: str, name: str, is_dir: bool) -> tuple[int, list[int]] | None:
+    """Codex's score of an entry, tier included, and its indices in ``path``; None: no match."""
+    found = score(query, path)
+    if found is None:
+        return None
+    tiered = tier_match(query, path, name, is_dir)
+    return tiered if tiered is not None else found
+
+
+def tier_match(query: Query, path: str, name: str, is_dir: bool) -> tuple[int, list[int]] | None:
+    atom = query.named
+    if atom is None or not name:
+        return None
+    hay = prepare(name)
+    if is_dir:
+        if hay.chars(atom.normalizing) != atom.needle:
+            return None
+        found = score(query, path)
+        return None if found is None else ((2 << 16) + found[0], found[1])
+    found = atom.match(hay)
+    if found is None:
+        return None
+    level = 3 if hay.chars(atom.normalizing) == atom.needle else 1
+    shift = len(path) - len(name)
+    return (level << 16) + found[0], [shift + i for i in found[1]]
+
+
 def tier(query: Query, name: str, is_dir: bool) -> int:
-    q = query.folded.strip()
-    if not q:
-        return 0
-    folded = prepare(name, query.normalizing)
-    if folded == q:
-        return 2 if is_dir else 3
-    if not is_dir and _subsequence(q, folded):
-        return 1
-    return 0
-
-
-def _subsequence(needle: str, hay: str) -> bool:
-    at = 0
-    for c in needle:
-        at = hay.find(c, at)
-        if at < 0:
-            return False
-        at += 1
-    return True
+    found = tier_match(query, name, name, is_dir)
+    return 0 if found is None else found[0] >> 16

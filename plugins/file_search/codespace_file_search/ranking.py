@@ -15,7 +15,6 @@ import threading
 from dataclasses import dataclass
 
 from . import query as q
-from .matcher_chars import prepare
 
 LIMIT = 50
 
@@ -46,11 +45,14 @@ class _Key:
 
 
 def _prefilter(query: q.Query):  # noqa: ANN202
-    """A function telling, from a prepared path, whether it may match every positive atom."""
+    """A function telling, from an ASCII path in lower case, whether it may match every
+    positive atom (a non-ASCII path is always scored: accents it holds may match)."""
     tests = []
     for atom in query.atoms:
         if atom.negative:
             continue
+        if not atom.ascii:
+            return lambda h: False  # a non-ASCII atom never matches an ASCII path
         if atom.kind == q.FUZZY:
             tests.append(re.compile(".*?".join(re.escape(c) for c in atom.needle), re.S).search)
         else:
@@ -64,20 +66,18 @@ def rank(query: q.Query, entries: list[tuple[str, str, bool]], limit: int = LIMI
     if query.empty:
         return [], 0
     may_match = _prefilter(query)
-    normalizing = query.normalizing
     heap: list[_Key] = []
     total = 0
     for n, (path, name, is_dir) in enumerate(entries):
         if cancel is not None and not n & 1023 and cancel.is_set():
             break
-        h = path.lower() if path.isascii() else prepare(path, normalizing)
-        if not may_match(h):
+        if path.isascii() and not may_match(path.lower()):
             continue
-        found = q.score(query, path)
+        found = q.ranked(query, path, name, is_dir)
         if found is None:
             continue
         total += 1
-        score = (q.tier(query, name, is_dir) << 16) + found[0]
+        score = found[0]
         key = _Key(score, path.count("/"), path, None)  # type: ignore[arg-type]
         if len(heap) < limit:
             key.item = Ranked(path, name, is_dir, score, found[1])
