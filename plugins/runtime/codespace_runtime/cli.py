@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--allow-uid", type=int, action="append", default=[], dest="allow_uids",
                                  help="a uid that may connect (repeatable; default: the worker's own)")
             command.add_argument("--no-runner", action="store_true", help="serve only the built-in methods")
+            command.add_argument("--foreground", action="store_true",
+                                 help="become the worker instead of starting it in the background (systemd)")
         if name == "status":
             command.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
@@ -66,7 +68,7 @@ def _daemon_command(args: argparse.Namespace) -> int:
         if args.command == "status":
             return _print_status(daemon.status(where), args.json)
         if args.command == "start":
-            pid = daemon.start(where, args.allow_uids, runner=not args.no_runner)
+            pid = daemon.start(where, args.allow_uids, runner=not args.no_runner, foreground=args.foreground)
             print(f"worker started: pid {pid}, socket {where.socket}")
             return 0
         print(daemon.stop(where))

@@ -114,8 +114,9 @@ def status(where: Placement) -> dict:
     return report
 
 
-def start(where: Placement, allow_uids: list[int], *, runner: bool = True) -> int:
-    """Start the worker in the background; its pid once it answers ``status``."""
+def start(where: Placement, allow_uids: list[int], *, runner: bool = True, foreground: bool = False) -> int:
+    """Start the worker in the background; its pid once it answers ``status``. ``foreground``:
+    become the worker instead (for a service manager, which wants the process it started)."""
     tokens.create_token(where.token_file)
     tokens.load_token(where.token_file)  # refuse a bad token file here, not in the log
     pid = running_pid(where.pid_file)
@@ -127,6 +128,8 @@ def start(where: Placement, allow_uids: list[int], *, runner: bool = True) -> in
         argv += ["--allow-uid", str(uid)]
     if not runner:
         argv.append("--no-runner")
+    if foreground:
+        os.execv(sys.executable, argv)
     log = os.open(where.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,

@@ -33,6 +33,7 @@ HELLO_TIMEOUT = 10.0
 """Seconds a connection may stay without a ``hello`` before it is closed."""
 
 BUILT_INS = ("ping", "status", "shutdown", "cancel")
+_INLINE = frozenset({"ping", "cancel"})
 _log = logging.getLogger("codespace_runtime.service")
 _current: contextvars.ContextVar[Connection] = contextvars.ContextVar("codespace_runtime_connection")
 _STARTED = time.monotonic()
@@ -192,6 +193,10 @@ class Connection:
                 if self._stop is not None:
                     self._stop.set()
                 return
+            if request.method in _INLINE:
+                # Answered in place: a task would cost a trip round the loop for a reply that never waits.
+                await self._dispatch(request, fds)
+                continue
             task = asyncio.create_task(self._dispatch(request, fds))
             self._tasks[request.id] = task
             task.add_done_callback(lambda _t, rid=request.id: self._tasks.pop(rid, None))

@@ -143,3 +143,21 @@ def test_serve_without_a_channel_is_a_usage_error(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--fd" in done.stderr and "--socket" in done.stderr
 
+
+
+def test_start_in_the_foreground_becomes_the_worker(workspace):
+    root, env, directory = workspace
+    proc = subprocess.Popen(worker_argv("start", "--foreground", "--workspace", str(root), "--no-runner"), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        from .conftest import wait_for_socket
+        wait_for_socket(directory / "worker.sock", proc)
+        code, report = status(root, env)
+        assert code == 0 and report["pid"] == proc.pid  # the process a service manager started is the worker
+        assert cli(env, "stop", "--workspace", str(root)).returncode == 0
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
