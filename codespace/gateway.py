@@ -372,10 +372,12 @@ class Gateway:
         if operation_id is not None:
             structured["operation_id"] = operation_id
             structured["replayed"] = False
-            if call.detached:
-                await self.store.set_interim(operation_id, structured)
-            else:
-                await self.store.finish(operation_id, "succeeded", result=structured)
+            # The change is made: a cancellation arriving now must not leave the record saying otherwise.
+            with anyio.CancelScope(shield=True):
+                if call.detached:
+                    await self.store.set_interim(operation_id, structured)
+                else:
+                    await self.store.finish(operation_id, "succeeded", result=structured)
         return Outcome(False, tool.render_text(result, structured), structured)
 
 
