@@ -45,7 +45,7 @@ def size_of(text: str) -> int:
 
 
 class _File:
-    __slots__ = ("key", "raw", "shown", "items", "sizes", "pending", "open", "open_line")
+    __slots__ = ("key", "raw", "shown", "items", "sizes", "pending", "open", "open_line", "cut")
 
     def __init__(self, raw: bytes) -> None:
         self.key, self.raw, self.shown = order_key(raw), raw, shown(raw)
@@ -54,6 +54,7 @@ class _File:
         self.pending: list[dict] = []
         self.open: dict | None = None
         self.open_line = 0
+        self.cut = False  # matches of it were left off the page
 
 
 class Collector:
@@ -71,10 +72,25 @@ class Collector:
         self.used = 0
         self.dropped: str | None = None   # which limit dropped something
         self.skipped: list[dict] = []
+        self.binary_files = 0
         self.saw_output = False
         self._file: _File | None = None
+        self._skipping: str | None = None
+
+    def _skip(self, file: _File) -> str | None:
+        if self.resume is not None and file.key < self.resume[0]:
+            return "before"
+        if self._beyond_the_page(file):
+            return "after"
+        return None
 
     def feed(self, record: bytes) -> None:
+        if self._skipping and record.startswith((b'{"type":"match"', b'{"type":"context"')):
+            # A file wholly before the cursor or after a full page: nothing of it is kept, so
+            # its lines are not decoded (most of a big search's records, past the first page).
+            if record.startswith(b'{"type":"match"') and self._skipping == "after":
+                self._file.cut = True
+            return
         message = json.loads(record)
         kind = message.get("type")
         data = message.get("data", {})
@@ -86,8 +102,13 @@ class Collector:
             self.saw_output = True
             raw = self.single_name if self.single_name is not None else _raw(data["path"])
             self._file = _File(raw[2:] if raw.startswith(b"./") else raw)
+            self._skipping = self._skip(self._file)
         elif kind == "end":
+            if data.get("binary_offset") is not None and self._file is not None:
+                self.binary_files += 1  # its lines are binary content: none are returned
+                self._file = None
             self.finish_file()
+            self._skipping = None
         elif kind == "summary":
             self.saw_output = True
 
@@ -115,7 +136,7 @@ class Collector:
         if (self.resume is not None and (file.key, number) <= self.resume) or self._beyond_the_page(file):
             file.pending, file.open = [], None
             if self.resume is None or (file.key, number) > self.resume:
-                self.dropped = self.dropped or "page"
+                file.cut = True
             return
         before = [c for c in file.pending if number - c["line_number"] <= self.before]
         file.pending = []
@@ -149,11 +170,13 @@ class Collector:
         file.items.pop()
         file.sizes.pop()
         file.open = None
-        self.dropped = self.dropped or "page"
+        file.cut = True
 
     def finish_file(self) -> None:
         """File the current file in path order, then cut the page back to the limits."""
         file, self._file = self._file, None
+        if file is not None and file.cut:
+            self.dropped = self.dropped or "max_matches or max_bytes"
         if file is None or not file.items:
             return
         at = bisect.bisect(self._keys, file.key)

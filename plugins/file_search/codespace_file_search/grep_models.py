@@ -75,8 +75,8 @@ class GrepResult(BaseModel):
     path: str = Field(description="What was searched.")
     matches: list[GrepMatch]
     files_with_matches: int = Field(description="Distinct files among matches.")
-    binary_files_skipped: int = Field(description="Files not searched (or not searched past their first NUL byte) "
-                                      "because they are binary.")
+    binary_files_skipped: int = Field(description="Binary files (holding a NUL byte) in which the pattern matched; "
+                                      "their lines are not returned (search them with read_file encoding=base64).")
     truncated: bool
     truncated_reason: str | None = Field(default=None, description="Which limit stopped the search.")
     next_cursor: str | None = Field(default=None, description="Pass as cursor (same arguments) to get the next matches.")

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 
 MAX_RECORD = 4 * 1024 * 1024
 _CHUNK = 256 * 1024
-_BINARY_NOTE = b": found binary data at offset "
 _MAX_ERRORS = 50
 
 
@@ -39,9 +38,8 @@ class RgRun:
         self.deadline = deadline
         self.cancel = cancel
         self.max_record = max_record
-        self.binary_files = 0
         self.errors: list[str] = []
-        self.failure: list[bytes] = []  # stderr lines that are not debug notes (a bad regex's message)
+        self.failure: list[bytes] = []  # rg's messages: files it could not read, a bad regex
         self.proc = subprocess.Popen(
             argv, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={},
             start_new_session=True, close_fds=True,
@@ -51,12 +49,8 @@ class RgRun:
 
     def _read_stderr(self) -> None:
         for line in self.proc.stderr:
-            if line.startswith(b"rg: DEBUG|") or line.startswith(b"rg: TRACE|"):
-                if line.startswith(b"rg: DEBUG|grep_printer") and _BINARY_NOTE in line:
-                    self.binary_files += 1
-                continue
             if len(self.failure) < _MAX_ERRORS:
-                self.failure.append(line.rstrip(b"\n"))
+                self.failure.append(line.rstrip(b"\n")[:2000])
 
     def records(self, on_oversize: Callable[[], None]) -> Iterator[bytes]:
         """rg's stdout, one JSON line at a time; raises :class:`Stopped`."""

@@ -107,7 +107,7 @@ def _result(args: GrepArgs, collect: Collector, run: RgRun, timed_out: bool) -> 
     last = collect.last()
     return {
         "path": args.path, "matches": collect.matches(), "files_with_matches": collect.files(),
-        "binary_files_skipped": run.binary_files, "truncated": reason is not None, "truncated_reason": reason,
+        "binary_files_skipped": collect.binary_files, "truncated": reason is not None, "truncated_reason": reason,
         "next_cursor": grep_cursor.encode(args, last) if collect.dropped and not timed_out and last else None,
         "skipped": skipped[:50],
     }

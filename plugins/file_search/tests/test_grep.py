@@ -178,3 +178,19 @@ def test_rg_is_the_wheels():
 
     out = subprocess.run([rg_binary(), "--version"], capture_output=True, text=True, check=True).stdout
     assert out.startswith("ripgrep 14.")
+
+
+async def test_binary_files_that_match_are_counted_not_shown(mcp_client, ws):
+    ws.mkdir(exist_ok=True)
+    (ws / "a.txt").write_text("needle text\n")
+    (ws / "b.bin").write_bytes(b"needle before\n\0\x01binary needle\n")
+    (ws / "c.bin").write_bytes(b"\0\x02no match here\n")
+    (ws / "z.txt").write_text("needle last\n")
+    async with mcp_client() as client:
+        whole = await call_ok(client, "grep", {"pattern": "needle"})
+        first = await call_ok(client, "grep", {"pattern": "needle", "max_matches": 1})
+        second = await call_ok(client, "grep", {"pattern": "needle", "max_matches": 1, "cursor": first["next_cursor"]})
+    assert _lines(whole) == [("a.txt", 1, "needle text"), ("z.txt", 1, "needle last")]
+    assert whole["binary_files_skipped"] == 1 and not whole["truncated"]
+    # the binary file between the two pages neither shows up nor keeps the last page open
+    assert _lines(second) == [("z.txt", 1, "needle last")] and not second["truncated"]
