@@ -143,8 +143,10 @@ class Hay:
         return self._normed
 
 
-def prepare(text: str) -> Hay:
-    if text.isascii():
+def prepare(text: str, wide: bool = False) -> Hay:
+    """``text`` prepared; ``wide``: treat it as non-ASCII even when it is ASCII (a file name
+    cut from a non-ASCII path, which nucleo matches as such)."""
+    if text.isascii() and not wide:
         classes = [_ASCII_CLASS[b] for b in text.encode()]
         plain = text.lower()
         is_ascii = True

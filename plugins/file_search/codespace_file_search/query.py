@@ -113,24 +113,24 @@ def score(query: Query, path: str) -> tuple[int, list[int]] | None:
 
 
 def ranked(query: Query, path: str, name: str, is_dir: bool) -> tuple[int, list[int]] | None:
-    """Codex's score of an entry, tier included, and its indices in ``path``; None: no match."""
+    """Codex's score of an entry, file tiers included, and its indices in ``path``; None: no
+    match. (A directory's tier goes to one directory only: see ``ranking``.)"""
     found = score(query, path)
     if found is None:
         return None
-    tiered = tier_match(query, path, name, is_dir)
-    return tiered if tiered is not None else found
+    if not is_dir:
+        tiered = file_tier(query, path, name)
+        if tiered is not None:
+            return tiered
+    return found
 
 
-def tier_match(query: Query, path: str, name: str, is_dir: bool) -> tuple[int, list[int]] | None:
+def file_tier(query: Query, path: str, name: str) -> tuple[int, list[int]] | None:
+    """A file's tiered score and indices when its name matches the query's one plain atom."""
     atom = query.named
     if atom is None or not name:
         return None
-    hay = prepare(name)
-    if is_dir:
-        if hay.chars(atom.normalizing) != atom.needle:
-            return None
-        found = score(query, path)
-        return None if found is None else ((2 << 16) + found[0], found[1])
+    hay = prepare(name, wide=not path.isascii())
     found = atom.match(hay)
     if found is None:
         return None
@@ -139,6 +139,14 @@ def tier_match(query: Query, path: str, name: str, is_dir: bool) -> tuple[int, l
     return (level << 16) + found[0], [shift + i for i in found[1]]
 
 
+def names_dir(query: Query, name: str) -> bool:
+    """Whether a directory called ``name`` is named by the query (its one plain atom)."""
+    atom = query.named
+    return atom is not None and bool(name) and prepare(name).chars(atom.normalizing) == atom.needle
+
+
 def tier(query: Query, name: str, is_dir: bool) -> int:
-    found = tier_match(query, name, name, is_dir)
+    if is_dir:
+        return 2 if names_dir(query, name) else 0
+    found = file_tier(query, name, name)
     return 0 if found is None else found[0] >> 16

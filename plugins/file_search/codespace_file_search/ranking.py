@@ -68,6 +68,7 @@ def rank(query: q.Query, entries: list[tuple[str, str, bool]], limit: int = LIMI
     may_match = _prefilter(query)
     heap: list[_Key] = []
     total = 0
+    named: tuple | None = None  # the best directory the query names: (score, length, path, item)
     for n, (path, name, is_dir) in enumerate(entries):
         if cancel is not None and not n & 1023 and cancel.is_set():
             break
@@ -77,13 +78,31 @@ def rank(query: q.Query, entries: list[tuple[str, str, bool]], limit: int = LIMI
         if found is None:
             continue
         total += 1
-        score = found[0]
-        key = _Key(score, path.count("/"), path, None)  # type: ignore[arg-type]
-        if len(heap) < limit:
-            key.item = Ranked(path, name, is_dir, score, found[1])
-            heapq.heappush(heap, key)
-        elif heap[0] < key:
-            key.item = Ranked(path, name, is_dir, score, found[1])
-            heapq.heapreplace(heap, key)
+        item = Ranked(path, name, is_dir, found[0], found[1])
+        if is_dir and q.names_dir(query, name):
+            rival = (-found[0], len(path), path)
+            if named is None or rival < named[0]:
+                named = (rival, item)
+        _keep(heap, _Key(found[0], path.count("/"), path, item), limit)
+    if named is not None:
+        _crown(heap, named[1], limit)
     best = sorted((k.item for k in heap), key=lambda r: (-r.score, r.path))
     return best, total
+
+
+def _keep(heap: list[_Key], key: _Key, limit: int) -> None:
+    if len(heap) < limit:
+        heapq.heappush(heap, key)
+    elif heap[0] < key:
+        heapq.heapreplace(heap, key)
+
+
+def _crown(heap: list[_Key], item: Ranked, limit: int) -> None:
+    """Codex lifts one directory only, the best-scored (then shortest) of those the query
+    names exactly, to tier 2; the others keep their plain score."""
+    heap[:] = [k for k in heap if k.item is not item]
+    heapq.heapify(heap)
+    lifted = Ranked(item.path, item.name, True, (2 << 16) + item.score, item.indices)
+    heapq.heappush(heap, _Key(lifted.score, item.path.count("/"), item.path, lifted))
+    if len(heap) > limit:
+        heapq.heappop(heap)
