@@ -9,6 +9,7 @@ from :data:`LISTED` (the README's "Deliberate differences" lists the same words)
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -20,7 +21,9 @@ from codespace.contract import (OracleUnavailable, PinCheck, PinCheckRequest, Pi
                                 UpstreamRpc, UpstreamRpcClosed)
 from codespace.contract.gate import open_workspace
 
+from .backend import FsBackend
 from .pin_cases import Op, Tree, generate_tree, operations
+from .resolve import MODE_ENV, choose_mode
 from .pin_sides import Fact, our_fact, snapshot, upstream_fact
 
 PLUGIN = "codespace-fs"
@@ -71,13 +74,11 @@ def _resync(op: Op, tree: Tree, ours_root: Path, upstream_root: Path) -> None:
 
 
 def check_tree(rpc: UpstreamRpc, seed: int, count: int, base: Path) -> tuple[int, list[PinDifference]]:
-    from .plugin import codespace_filesystem
-
     ours_root, upstream_root = base / f"ours-{seed}", base / f"upstream-{seed}"
     ours_root.mkdir()
     upstream_root.mkdir()
     workspace = open_workspace(ours_root, state_dir=str(base / "state"))
-    fs = codespace_filesystem(workspace)
+    fs = FsBackend(workspace, choose_mode(os.environ.get(MODE_ENV))[0])  # as the plugin's hook builds it
     ceiling = workspace.limits.max_file_bytes
     tree = generate_tree(seed, ceiling_bytes=ceiling)
     tree.write(ours_root)
