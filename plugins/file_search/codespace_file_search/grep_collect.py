@@ -91,6 +91,12 @@ class Collector:
             if record.startswith(b'{"type":"match"') and self._skipping == "after":
                 self._file.cut = True
             return
+        if record.startswith(b'{"type":"end"') and b'"binary_offset":null,' in record:
+            # The common end of a file, known without decoding it (a path holding this text
+            # would have its quotes escaped).
+            self.finish_file()
+            self._skipping = None
+            return
         message = json.loads(record)
         kind = message.get("type")
         data = message.get("data", {})

@@ -210,6 +210,8 @@ def _trace(diags: list[list[bool]], pfs: list[list[bool]], i: int, j: int) -> li
 def _edges(hay: Hay, n: str) -> tuple[int, int]:
     """(leading, trailing) whitespace of the path that an anchored atom skips."""
     text = hay.text
+    if not (text[:1].isspace() or text[-1:].isspace()):
+        return 0, 0
     lead = 0 if n[:1].isspace() else len(text) - len(text.lstrip())
     trail = 0 if n[-1:].isspace() else len(text) - len(text.rstrip())
     if lead == len(text):

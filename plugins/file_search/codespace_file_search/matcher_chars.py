@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
 from functools import lru_cache
 
 # Classes, ordered as the bonus rules compare them: word characters sort above DELIMITER.
@@ -123,17 +122,28 @@ def bonus_for(prev: int, cls: int) -> int:
 _BONUS = [[bonus_for(p, c) for c in range(7)] for p in range(7)]
 
 
-@dataclass(eq=False)
-class Hay:
-    """A haystack prepared once for every atom: its classes, the bonus at each position,
-    and its characters folded (``plain``) and folded after normalising (``normed``)."""
+_CLASS_BYTES = bytes(_ASCII_CLASS) + bytes(128)
 
-    text: str
-    ascii: bool
-    classes: list[int]
-    bonus: list[int]
-    plain: str
-    _normed: str | None = None
+
+class Hay:
+    """A haystack prepared once for every atom: its characters folded (``plain``) and
+    folded after normalising (``chars(True)``), their classes, and (computed on first use)
+    the bonus at each position."""
+
+    __slots__ = ("text", "ascii", "classes", "plain", "_normed", "_bonus")
+
+    def __init__(self, text: str, is_ascii: bool, classes, plain: str) -> None:  # noqa: ANN001 - bytes or list
+        self.text, self.ascii, self.classes, self.plain = text, is_ascii, classes, plain
+        self._normed: str | None = None
+        self._bonus: list[int] | None = None
+
+    @property
+    def bonus(self) -> list[int]:
+        if self._bonus is None:
+            classes = self.classes
+            rows = _BONUS
+            self._bonus = [rows[p][c] for p, c in zip((INITIAL_CLASS, *classes), classes)]
+        return self._bonus
 
     def chars(self, normalizing: bool) -> str:
         if self.ascii or not normalizing:
@@ -146,21 +156,12 @@ class Hay:
 def prepare(text: str, wide: bool = False) -> Hay:
     """``text`` prepared; ``wide``: treat it as non-ASCII even when it is ASCII (a file name
     cut from a non-ASCII path, which nucleo matches as such)."""
-    if text.isascii() and not wide:
-        classes = [_ASCII_CLASS[b] for b in text.encode()]
-        plain = text.lower()
-        is_ascii = True
-    else:
-        classes = [char_class(c) for c in text]
-        # Without normalisation nucleo folds only what it classes as upper case.
-        plain = "".join(fold(c) if cls == UPPER else c for c, cls in zip(text, classes))
-        is_ascii = False
-    bonus = []
-    prev = INITIAL_CLASS
-    for cls in classes:
-        bonus.append(_BONUS[prev][cls])
-        prev = cls
-    return Hay(text, is_ascii, classes, bonus, plain)
+    if text.isascii():
+        return Hay(text, not wide, text.encode().translate(_CLASS_BYTES), text.lower())
+    classes = [char_class(c) for c in text]
+    # Without normalisation nucleo folds only what it classes as upper case.
+    plain = "".join(fold(c) if cls == UPPER else c for c, cls in zip(text, classes))
+    return Hay(text, False, classes, plain)
 
 
 def fold_needle(text: str) -> str:

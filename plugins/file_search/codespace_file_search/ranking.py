@@ -10,11 +10,11 @@ first, then by path.
 from __future__ import annotations
 
 import heapq
-import re
 import threading
 from dataclasses import dataclass
 
 from . import query as q
+from .prefilter import candidates, subsequence_pattern
 
 LIMIT = 50
 
@@ -44,42 +44,36 @@ class _Key:
         return self.path > other.path
 
 
-def _prefilter(query: q.Query):  # noqa: ANN202
-    """A function telling, from an ASCII path in lower case, whether it may match every
-    positive atom (a non-ASCII path is always scored: accents it holds may match)."""
-    tests = []
-    for atom in query.atoms:
-        if atom.negative:
-            continue
-        if not atom.ascii:
-            return lambda h: False  # a non-ASCII atom never matches an ASCII path
-        if atom.kind == q.FUZZY:
-            tests.append(re.compile(".*?".join(re.escape(c) for c in atom.needle), re.S).search)
-        else:
-            tests.append(lambda h, n=atom.needle: n in h)
-    return lambda h: all(t(h) for t in tests)
-
-
 def rank(query: q.Query, entries: list[tuple[str, str, bool]], limit: int = LIMIT,
          cancel: threading.Event | None = None) -> tuple[list[Ranked], int]:
     """The best ``limit`` matches and how many entries matched in all."""
     if query.empty:
         return [], 0
-    may_match = _prefilter(query)
+    picked = candidates(query, entries)
+    # With only plain fuzzy atoms every ASCII candidate matches (the prefilter is exact),
+    # so one whose best possible score cannot beat the cut is counted without scoring.
+    sure = all(a.kind == q.FUZZY and not a.negative for a in query.atoms)
+    bound = sum(25 * len(a.needle) + 9 for a in query.atoms if not a.negative)
+    level_of = _name_levels(query)
     heap: list[_Key] = []
     total = 0
-    named: tuple | None = None  # the best directory the query names: (score, length, path, item)
-    for n, (path, name, is_dir) in enumerate(entries):
-        if cancel is not None and not n & 1023 and cancel.is_set():
+    named: tuple | None = None  # the best directory the query names: (rival key, item)
+    for count, n in enumerate(_tiers_first(entries, picked, level_of)):
+        if cancel is not None and not count & 1023 and cancel.is_set():
             break
-        if path.isascii() and not may_match(path.lower()):
-            continue
+        path, name, is_dir = entries[n]
+        naming = is_dir and q.names_dir(query, name)
+        if sure and not naming and len(heap) >= limit and path.isascii():
+            level = 0 if is_dir else level_of(name)
+            if not heap[0] < _Key((level << 16) + bound, path.count("/"), path, None):  # type: ignore[arg-type]
+                total += 1
+                continue
         found = q.ranked(query, path, name, is_dir)
         if found is None:
             continue
         total += 1
         item = Ranked(path, name, is_dir, found[0], found[1])
-        if is_dir and q.names_dir(query, name):
+        if naming:
             rival = (-found[0], len(path), path)
             if named is None or rival < named[0]:
                 named = (rival, item)
@@ -88,6 +82,31 @@ def rank(query: q.Query, entries: list[tuple[str, str, bool]], limit: int = LIMI
         _crown(heap, named[1], limit)
     best = sorted((k.item for k in heap), key=lambda r: (-r.score, r.path))
     return best, total
+
+
+def _name_levels(query: q.Query):  # noqa: ANN202
+    """A function giving an ASCII file name's tier (3, 1 or 0) without scoring it."""
+    atom = query.named
+    if atom is None or not atom.ascii:
+        return lambda name: 0
+    test = subsequence_pattern(atom.needle).search
+
+    def level(name: str) -> int:
+        low = name.lower()
+        if low == atom.needle:
+            return 3
+        return 1 if test(low) else 0
+    return level
+
+
+def _tiers_first(entries: list[tuple[str, str, bool]], picked: list[int], level_of) -> list[int]:  # noqa: ANN001
+    """Candidates with files whose names the query tiers first, so the cut fills with them
+    early and the rest is mostly counted, not scored."""
+    first, rest = [], []
+    for n in picked:
+        path, name, is_dir = entries[n]
+        (first if not is_dir and (not name.isascii() or level_of(name)) else rest).append(n)
+    return first + rest
 
 
 def _keep(heap: list[_Key], key: _Key, limit: int) -> None:
