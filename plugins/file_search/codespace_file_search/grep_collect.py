@@ -26,6 +26,7 @@ ITEM_OVERHEAD = 104    # {"path": "", "line_number": N, "line": "", "before": []
 CONTEXT_OVERHEAD = 44  # {"line_number": N, "line": ""},
 FIXED = 420            # the result's own fields, the cursor, a truncation reason
 MAX_SKIPPED = 50
+_BEGIN = b'{"type":"begin","data":{"path":{"text":"'
 
 
 def _raw(field: dict) -> bytes:
@@ -85,17 +86,21 @@ class Collector:
         return None
 
     def feed(self, record: bytes) -> None:
-        if self._skipping and record.startswith((b'{"type":"match"', b'{"type":"context"')):
+        kind = record[9:11]  # after '{"type":"': "ma"tch, "co"ntext, "be"gin, "en"d, "su"mmary
+        if self._skipping and (kind == b"ma" or kind == b"co"):
             # A file wholly before the cursor or after a full page: nothing of it is kept, so
             # its lines are not decoded (most of a big search's records, past the first page).
-            if record.startswith(b'{"type":"match"') and self._skipping == "after":
+            if kind == b"ma" and self._skipping == "after":
                 self._file.cut = True
             return
-        if record.startswith(b'{"type":"end"') and b'"binary_offset":null,' in record:
+        if kind == b"en" and b'"binary_offset":null,' in record:
             # The common end of a file, known without decoding it (a path holding this text
             # would have its quotes escaped).
             self.finish_file()
             self._skipping = None
+            return
+        if kind == b"be" and record.startswith(_BEGIN) and record.endswith(b'"}}}') and b"\\" not in record:
+            self._begin(record[len(_BEGIN):-4])  # a path with no escape in it is its own text
             return
         message = json.loads(record)
         kind = message.get("type")
@@ -105,10 +110,7 @@ class Collector:
         elif kind == "context":
             self._context(data)
         elif kind == "begin":
-            self.saw_output = True
-            raw = self.single_name if self.single_name is not None else _raw(data["path"])
-            self._file = _File(raw[2:] if raw.startswith(b"./") else raw)
-            self._skipping = self._skip(self._file)
+            self._begin(_raw(data["path"]))
         elif kind == "end":
             if data.get("binary_offset") is not None and self._file is not None:
                 self.binary_files += 1  # its lines are binary content: none are returned
@@ -117,6 +119,13 @@ class Collector:
             self._skipping = None
         elif kind == "summary":
             self.saw_output = True
+
+    def _begin(self, raw: bytes) -> None:
+        self.saw_output = True
+        if self.single_name is not None:
+            raw = self.single_name
+        self._file = _File(raw[2:] if raw.startswith(b"./") else raw)
+        self._skipping = self._skip(self._file)
 
     def oversize(self) -> None:
         if len(self.skipped) < MAX_SKIPPED:

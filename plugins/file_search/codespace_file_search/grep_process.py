@@ -9,6 +9,7 @@ kills everything it started.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import signal
@@ -18,8 +19,17 @@ import time
 from collections.abc import Callable, Iterator
 
 MAX_RECORD = 4 * 1024 * 1024
-_CHUNK = 256 * 1024
+_CHUNK = 1 << 20
+_F_SETPIPE_SZ = 1031
 _MAX_ERRORS = 50
+
+
+def _grow_pipe(fd: int) -> None:
+    """A 1 MiB pipe instead of 64 KiB: fewer switches between rg writing and us reading."""
+    try:
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, 1 << 20)
+    except OSError:
+        pass  # above /proc/sys/fs/pipe-max-size for this user: the default size works too
 
 
 class Stopped(Exception):
@@ -55,7 +65,8 @@ class RgRun:
     def records(self, on_oversize: Callable[[], None]) -> Iterator[bytes]:
         """rg's stdout, one JSON line at a time; raises :class:`Stopped`."""
         fd = self.proc.stdout.fileno()
-        pending = bytearray()
+        _grow_pipe(fd)
+        pending = b""
         dropping = False
         while True:
             self._check_stop()
@@ -65,24 +76,19 @@ class RgRun:
             chunk = os.read(fd, _CHUNK)
             if not chunk:
                 return
-            start = 0
-            while True:
-                newline = chunk.find(b"\n", start)
+            if dropping:
+                newline = chunk.find(b"\n")
                 if newline < 0:
-                    break
-                if dropping:
-                    dropping = False
-                else:
-                    pending += chunk[start:newline]
-                    yield bytes(pending)
-                pending.clear()
-                start = newline + 1
-            if not dropping:
-                pending += chunk[start:]
-                if len(pending) > self.max_record:
-                    pending.clear()
-                    dropping = True
-                    on_oversize()
+                    continue
+                dropping, chunk = False, chunk[newline + 1:]
+            lines = chunk.split(b"\n")
+            if pending:
+                lines[0] = pending + lines[0]
+            pending = lines.pop()
+            yield from lines
+            if len(pending) > self.max_record:
+                pending, dropping = b"", True
+                on_oversize()
 
     def _check_stop(self) -> None:
         if self.cancel is not None and self.cancel.is_set():

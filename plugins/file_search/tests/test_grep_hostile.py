@@ -107,6 +107,7 @@ async def test_odd_names(mcp_client, ws):
     ws.mkdir(exist_ok=True)
     (ws / "line\nbreak.txt").write_text("needle 1\n")
     (ws / "a:b:c.txt").write_text("needle 2\n")
+    (ws / "ünï 😀.txt").write_text("needle 5 ünï\n")
     (ws / "ctl\x01\x7f.txt").write_text("needle 3\n")
     fd = os.open(os.fsencode(str(ws)) + b"/bad\xff\xfename.txt", os.O_WRONLY | os.O_CREAT, 0o644)
     os.write(fd, b"needle 4 \xff invalid utf-8 text\n")
@@ -117,7 +118,7 @@ async def test_odd_names(mcp_client, ws):
         rest = await call_ok(client, "grep", {"pattern": "needle", "max_matches": 2, "cursor": again["next_cursor"]})
     got = {m["path"]: m["line"] for m in result["matches"]}
     assert got == {"a:b:c.txt": "needle 2", "bad\\xff\\xfename.txt": "needle 4 \\xff invalid utf-8 text",
-                   "ctl\x01\x7f.txt": "needle 3", "line\nbreak.txt": "needle 1"}
+                   "ctl\x01\x7f.txt": "needle 3", "line\nbreak.txt": "needle 1", "ünï 😀.txt": "needle 5 ünï"}
     assert again["matches"] + rest["matches"] == result["matches"]
 
 
