@@ -10,11 +10,13 @@ fails the run. Reports go to stdout, progress to stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .plugins import Pin, PluginInfo, Plugins
@@ -139,6 +141,22 @@ def _problem_outcomes(infos: Sequence[PluginInfo], with_checks: set[str]) -> lis
     return found
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """While checks run, whatever they (or their children) print goes to stderr: stdout
+    carries only the reports, which ``--json`` readers parse."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -163,9 +181,10 @@ def run(plugins: Plugins, *, release: str | None, names: Sequence[str], ci: bool
     log(f"pins check: against openai/codex {release} ({codex})")
     request = PinCheckRequest(release=release, codex=codex, ci=ci, seed=seed, cases=cases, log=log)
     ran = []
-    for _, check in checks:
-        log(f"pins check: {check.plugin} / {check.component} ...")
-        ran.append(run_check(check, request))
+    with _stdout_to_stderr():
+        for _, check in checks:
+            log(f"pins check: {check.plugin} / {check.component} ...")
+            ran.append(run_check(check, request))
     return release, ran + outcomes
 
 

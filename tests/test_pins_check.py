@@ -110,6 +110,14 @@ def test_json_output_and_the_bounds_reach_the_check(tmp_path):
         "release": "rust-v0.171.0", "codex": "", "ci": True, "seed": 9, "cases": 7}
 
 
+@needs_171
+def test_what_a_check_prints_goes_to_stderr_not_into_the_reports():
+    done = check("--plugin", "pinprobe", "--json", CODESPACE_PINPROBE="noisy")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+    assert "noise from the check" in done.stderr and "noise from its child" in done.stderr
+
+
 @pytest.mark.skipif(not _cached("0.169.0"), reason="codex 0.169.0 is not cached")
 def test_another_release_hands_over_that_releases_binary():
     done = check("--release", "rust-v0.169.0", "--plugin", "pinprobe", CODESPACE_PINPROBE="agree")

@@ -3,7 +3,7 @@
 It compares one real thing: what the binary it is handed reports as its version against
 the release it is asked about. ``CODESPACE_PINPROBE`` chooses what else it reports, so the
 command's handling of every kind of outcome can be seen from outside:
-``agree``, ``listed`` (a deliberate difference), ``unlisted`` (a listed and then an
+``agree``, ``noisy`` (agrees, printing to stdout itself and from a child), ``listed`` (a deliberate difference), ``unlisted`` (a listed and then an
 unlisted one), ``raise``, ``unavailable``, ``empty`` (no case compared), ``garbage`` (not a
 PinReport), ``hook`` (the hook itself raises). ``CODESPACE_PINPROBE_RECORD`` names a file
 that receives the request as JSON.
@@ -43,6 +43,9 @@ def run(request):
     mode = os.environ.get("CODESPACE_PINPROBE", "agree")
     _record(request)
     request.log(f"pinprobe: mode {mode}")
+    if mode == "noisy":
+        print("noise from the check")
+        subprocess.run(["echo", "noise from its child"], check=True)
     if mode == "raise":
         raise RuntimeError("the probe broke on purpose")
     if mode == "garbage":
