@@ -305,3 +305,24 @@ def test_a_planted_listing_with_other_tools_is_dropped(tmp_path):
     serve_lines(tmp_path, "plant", session, state_home=shared)
     assert not kept.exists()
     assert replies(serve_lines(tmp_path, "plant", session, state_home=shared))[2] == first
+
+
+def test_a_new_workspace_with_the_same_policy_starts_warm(tmp_path):
+    """The listing depends on the policy and the installed code, not on the workspace: a first
+    start in another workspace (no policy file in either) is answered from the kept listing,
+    without the SDK; one with a policy of its own builds its own."""
+    shared = tmp_path / "xdg"
+    session = [INIT, INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    here = tmp_path / "cwd"
+    here.mkdir()
+    first = serve_lines(tmp_path, "one", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
+    assert re.search(rb"\| +mcp\b", first.stderr)
+    other = serve_lines(tmp_path, "two", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
+    assert replies(other)[2] == replies(first)[2]
+    assert not re.search(rb"\| +mcp\b", other.stderr), "a new workspace should have started warm"
+    own = tmp_path / "ws-three" / ".codespace"
+    own.mkdir(parents=True)
+    (own / "policy.toml").write_text('[plugins]\nblock = ["example"]\n')
+    third = serve_lines(tmp_path, "three", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
+    assert re.search(rb"\| +mcp\b", third.stderr), "a workspace with its own policy must not reuse the listing"
+    assert "tally" not in [t["name"] for t in json.loads(replies(third)[2])["result"]["tools"]]

@@ -4,8 +4,9 @@ Building the listing needs the App (pydantic, every plugin) and the SDK's models
 well over half a second, while an agent's client waits for ``tools/list`` before its
 first model request. The answer the SDK produced is kept in the CodeSpace state
 root (which the default policy hides from every workspace, so an agent cannot plant
-a listing), keyed by everything that chose it: the interpreter, the command line,
-the policy file's bytes and the CODESPACE_* environment. Alongside it go the size
+a listing), keyed by everything that chose it: the interpreter and its import path, the
+policy file's bytes and the CODESPACE_* environment (so a new workspace with the
+same policy starts warm). Alongside it go the size
 and modification time of every non-standard-library module the building process
 had loaded, and of every site directory on ``sys.path`` (installing or removing a
 plugin changes it): one changed file and the copy is not used.
@@ -38,7 +39,9 @@ def state_root() -> Path:
     return Path(base) / "codespace"
 
 
-def _key(workspace: str | None, policy: str | None, state_dir: str | None) -> str:
+def _key(workspace: str | None, policy: str | None) -> str:
+    # Not the workspace or the state directory: the listing does not depend on them (tested), and
+    # keying on them made every new workspace a cold start. The policy enters by its bytes only.
     root = os.path.realpath(workspace or os.getcwd())
     policy_path = policy or os.path.join(root, ".codespace", "policy.toml")
     try:
@@ -48,8 +51,7 @@ def _key(workspace: str | None, policy: str | None, state_dir: str | None) -> st
         policy_bytes = b""
     parts = {
         "format": FORMAT, "version": __version__, "python": sys.executable, "path": sys.path,
-        "root": root, "policy": policy_path, "policy_sha256": hashlib.sha256(policy_bytes).hexdigest(),
-        "state_dir": state_dir, "uid": os.geteuid(),
+        "policy_sha256": hashlib.sha256(policy_bytes).hexdigest(), "uid": os.geteuid(),
         "env": sorted((k, v) for k, v in os.environ.items() if k.startswith("CODESPACE_")),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8", "surrogatepass")).hexdigest()
@@ -89,8 +91,8 @@ def _holds_distributions(directory: str) -> bool:
 
 
 class ListingCache:
-    def __init__(self, workspace: str | None, policy: str | None, state_dir: str | None) -> None:
-        self.path = state_root() / "listings" / f"{_key(workspace, policy, state_dir)}.json"
+    def __init__(self, workspace: str | None, policy: str | None) -> None:
+        self.path = state_root() / "listings" / f"{_key(workspace, policy)}.json"
 
     def load(self) -> tuple[bytes, list[str]] | None:
         """The cached ``result`` bytes of a plain ``tools/list`` and the tool names, if still valid."""

@@ -63,7 +63,7 @@ async def _serve(workspace: str | None, policy: str | None, state_dir: str | Non
 
     bridge = SdkBridge(None, ready, sdk_server, split_eras=fast)  # type: ignore[arg-type]
     cached = fast and os.environ.get(ENV_LISTING_CACHE, "1") != "0"
-    front = Front(direct, bridge, ListingCache(workspace, policy, state_dir) if cached else None)
+    front = Front(direct, bridge, ListingCache(workspace, policy) if cached else None)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_watch_signals, tg.cancel_scope, caught)
         async with stdio_transport(front) as connection:
