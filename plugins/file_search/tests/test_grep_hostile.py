@@ -114,12 +114,18 @@ async def test_odd_names(mcp_client, ws):
     os.close(fd)
     async with mcp_client() as client:
         result = await call_ok(client, "grep", {"pattern": "needle"})
-        again = await call_ok(client, "grep", {"pattern": "needle", "max_matches": 2})
-        rest = await call_ok(client, "grep", {"pattern": "needle", "max_matches": 2, "cursor": again["next_cursor"]})
+        paged, cursor = [], None
+        while True:
+            page = await call_ok(client, "grep", {"pattern": "needle", "max_matches": 2,
+                                                  **({"cursor": cursor} if cursor else {})})
+            paged += page["matches"]
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                break
     got = {m["path"]: m["line"] for m in result["matches"]}
     assert got == {"a:b:c.txt": "needle 2", "bad\\xff\\xfename.txt": "needle 4 \\xff invalid utf-8 text",
                    "ctl\x01\x7f.txt": "needle 3", "line\nbreak.txt": "needle 1", "ünï 😀.txt": "needle 5 ünï"}
-    assert again["matches"] + rest["matches"] == result["matches"]
+    assert paged == result["matches"]
 
 
 async def test_a_fifo_in_the_tree_does_not_hang(mcp_client, ws):
