@@ -1,8 +1,9 @@
 """The ``find_files`` tool: Codex's fuzzy path search over the workspace, policy-filtered.
 
-It re-walks the search root on every call, as upstream's ``fuzzyFileSearch`` does: no
-index to keep in step with a tree that commands change behind our back, so an answer is
-never staler than the call.
+Upstream's ``fuzzyFileSearch`` re-walks the root on every call; here the walk is kept
+(``walk_index``) and reused until inotify reports a change below the root that could
+alter it, so an answer is never staler than the call, and a repeated search skips the
+walk that costs Python as long as upstream's whole search.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from codespace.contract import ToolDefinition, ToolError, run_cancellable
 
 from .query import parse
 from .ranking import LIMIT, rank
-from .walk import Bounds, walk
+from .walk import Bounds
+from .walk_index import INDEX
 
 WALK_SECONDS = 10.0
 
@@ -53,7 +55,7 @@ def _search(args: FindFilesArgs, root: str, rules, limits, cancel: threading.Eve
     query = parse(args.query)
     bounds = Bounds(entries=limits.walk_max_entries, dirs=limits.walk_max_dirs, depth=limits.walk_max_depth,
                     seconds=WALK_SECONDS)
-    walked = walk(root, rules, bounds, cancel)
+    walked, _ = INDEX.walk(root, rules, bounds, cancel)
     if walked.cancelled:
         raise ToolError(f"find_files in {root} was cancelled", code="cancelled")
     found, total = rank(query, walked.entries, args.limit, cancel)

@@ -49,7 +49,9 @@ class _Stop(Exception):
 
 
 class _Walk:
-    def __init__(self, root_real: str, rules, bounds: Bounds, cancel: threading.Event | None) -> None:  # noqa: ANN001
+    def __init__(self, root_real: str, rules, bounds: Bounds, cancel: threading.Event | None,  # noqa: ANN001
+                 watch=None) -> None:  # noqa: ANN001 - walk_index._Watcher
+        self.watch = watch
         self.root = root_real.rstrip("/") or "/"
         self.rules = rules
         prefix = self.root.rstrip("/") + "/"
@@ -88,6 +90,8 @@ class _Walk:
             self.out.truncated = f"max_dirs ({self.bounds.dirs} directories read)"
             raise _Stop
         self.out.dirs += 1
+        if self.watch is not None:
+            self.watch.directory(fd)  # before listing: a change from here on is heard
         st = os.fstat(fd)
         key = (st.st_dev, st.st_ino)
         self.ancestors.add(key)
@@ -112,25 +116,29 @@ class _Walk:
         pre = rel + "/" if rel else ""
         real_pre = real.rstrip("/") + "/"
         later = []
-        for entry in found:
+        listed = self.out.entries
+        limit = self.bounds.entries
+        ruled = self.ruled
+        for entry in found:  # the hot loop of a large tree: no stat, no call it can skip
             name = entry.name
-            path = pre + name
-            target = real_pre + name
-            if self.ruled and self.hidden(target):
+            if ruled and self.hidden(real_pre + name):
                 continue
             try:
                 if entry.is_symlink():
-                    self._link(path, name, target, depth, scopes, in_repo)
+                    self._link(pre + name, name, real_pre + name, depth, scopes, in_repo)
                     continue
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 self.out.errors += 1
                 continue
+            path = pre + name
             if scopes and ignored(scopes, path, is_dir):
                 continue
-            self.add(path, name, is_dir)
+            if len(listed) >= limit:
+                self.add(path, name, is_dir)  # records the bound and stops
+            listed.append((path, name, is_dir))
             if is_dir:
-                later.append((name, path, target))
+                later.append((name, path, real_pre + name))
         if depth >= self.bounds.depth:
             if later and self.out.truncated is None:
                 self.out.truncated = f"max_depth ({self.bounds.depth}): deeper directories were not read"
@@ -148,6 +156,8 @@ class _Walk:
 
     def _link(self, path: str, name: str, link: str, depth: int, scopes: tuple[Scope, ...], in_repo: bool) -> None:
         real = os.path.realpath(link)
+        if self.watch is not None:
+            self.watch.link(real)
         if self.rules is not None and self.rules.check_exact(real, "read") is not None:
             return  # where it leads is hidden: not even its kind is shown
         try:
@@ -175,10 +185,10 @@ class _Walk:
 
 
 def walk(root_real: str, rules=None, bounds: Bounds | None = None,  # noqa: ANN001 - codespace PathRules
-         cancel: threading.Event | None = None) -> Walked:
+         cancel: threading.Event | None = None, watch=None) -> Walked:  # noqa: ANN001 - walk_index._Watcher
     """Every entry below ``root_real`` (a resolved directory path), the root itself first
-    as ``("", "", True)`` as upstream lists it."""
-    state = _Walk(root_real, rules, bounds or Bounds(), cancel)
+    as ``("", "", True)`` as upstream lists it; ``watch`` is told of each directory read."""
+    state = _Walk(root_real, rules, bounds or Bounds(), cancel, watch)
     fd = os.open(root_real, _DIR_OPEN)
     try:
         state.out.entries.append(("", "", True))
