@@ -199,3 +199,25 @@ def test_cancel_and_timeout_kill_rg(make_workspace, ws):
     worker.join(20)
     assert not worker.is_alive() and outcome["done"] in ("cancelled", "finished")
     assert rg_children() == []
+
+
+async def test_a_client_that_gives_up_stops_rg(mcp_client, ws):
+    """A sparse 4 GiB file keeps rg busy for seconds (--binary reads it all); the client
+    cancels the call (notifications/cancelled) and rg must be gone, reaped, at once."""
+    ws.mkdir(exist_ok=True)
+    with open(ws / "sparse.txt", "wb") as f:
+        f.truncate(4 << 30)
+    async with mcp_client() as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "grep", {"pattern": "needle", "timeout_ms": 120_000})
+            with anyio.fail_after(10):
+                while not rg_children():
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        with anyio.fail_after(5):
+            while rg_children():
+                await anyio.sleep(0.02)
+        with anyio.fail_after(10):
+            timed = await call_ok(client, "grep", {"pattern": "needle", "timeout_ms": 300})
+    assert timed["truncated"] and timed["truncated_reason"].startswith("timeout_ms (300 ms)")
+    assert rg_children() == []
