@@ -49,6 +49,11 @@ def worker_command() -> list[str]:
     return [found]
 
 
+def _is_open(client: WorkerClient) -> bool:
+    state = client.is_open  # a property in later clients, a method before
+    return bool(state() if callable(state) else state)
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "its connection closed while the process still ran"
@@ -67,8 +72,10 @@ class Worker:
 
     mode = "child"
 
-    def __init__(self, workspace: Any) -> None:
+    def __init__(self, workspace: Any, *, record: bool = True) -> None:
         self.workspace = workspace
+        self.record = record
+        """Keep the status file for ``codespace doctor`` (the doctor's own probe does not)."""
         self._client: WorkerClient | None = None
         self._lock: asyncio.Lock | None = None
         self.pid: int | None = None
@@ -80,8 +87,7 @@ class Worker:
     # -- state --------------------------------------------------------------------
 
     def serving(self) -> bool:
-        # _gone: set by the client's reader once the connection has dropped.
-        return self._client is not None and getattr(self._client, "_gone", None) is None and self._process_alive()
+        return self._client is not None and _is_open(self._client) and self._process_alive()
 
     def _note_idle_death(self) -> None:
         """A worker that died between calls: say so (workspace_info, doctor) before replacing it."""
@@ -113,6 +119,8 @@ class Worker:
         return out
 
     def _record(self) -> None:
+        if not self.record:
+            return
         try:
             directory = sockets.socket_dir(self.workspace.ensure_state_dir())
             tmp = directory / f".{STATUS_FILE}.{os.getpid()}"
@@ -177,7 +185,7 @@ class Worker:
     async def _lost(self, gone: WorkerGone, what: str) -> RunnerLost:
         how = await self._how_it_ended()
         self.last_failure = f"the {self.mode} worker (pid {self.pid}) {how} during {what}"
-        if self._client is not None and getattr(self._client, "_gone", None) is not None:
+        if self._client is not None and not _is_open(self._client):
             await self._discard()  # reaped and forgotten: the next call starts another
         self._record()
         if gone.dispatched:
@@ -210,8 +218,8 @@ class ChildWorker(Worker):
 
     mode = "child"
 
-    def __init__(self, workspace: Any) -> None:
-        super().__init__(workspace)
+    def __init__(self, workspace: Any, **kwargs: Any) -> None:
+        super().__init__(workspace, **kwargs)
         self._popen: subprocess.Popen[bytes] | None = None
         self._token_file: Path | None = None
 

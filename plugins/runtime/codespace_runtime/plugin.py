@@ -96,8 +96,8 @@ def codespace_doctor(workspace: WorkspaceView) -> list[Check]:
     if mode == "off":
         return [Check("runtime worker", True, "off: file operations, patches and commands run in the server "
                       "(set [runtime] worker = \"child\" or \"daemon\" for a separate, hardened worker)")]
+    last = _last_status(workspace)  # read before the probe below starts a worker of its own
     checks = [_live_check(workspace, mode)]
-    last = _last_status(workspace)
     if last is not None:
         failure = last.get("last_failure")
         checks.append(Check(
@@ -117,7 +117,7 @@ def _live_check(workspace: WorkspaceView, mode: str) -> Check:
 
     from .lifecycle import ChildWorker, DaemonAttachment
 
-    worker = (ChildWorker if mode == "child" else DaemonAttachment)(workspace)
+    worker = (ChildWorker if mode == "child" else DaemonAttachment)(workspace, record=False)
 
     async def probe() -> dict:
         try:

@@ -137,9 +137,8 @@ def _raw_handlers(fs: Any, judge: Judge) -> dict[str, Handler]:
             data = base64.b64decode(arg(params, "data", str), validate=True)
         except ValueError:
             raise NotRun(ToolError("the worker needs params.data as base64", code="bad_params")) from None
-        flags = {k: arg(params, k, bool, False) for k in ("create_parents", "durable", "in_place")}
-        flags["durable"] = arg(params, "durable", bool, True)
-        await fs.write_bytes(path, data, follow_symlink=follow, **flags)
+        await fs.write_bytes(path, data, follow_symlink=follow, create_parents=arg(params, "create_parents", bool, False),
+                             durable=arg(params, "durable", bool, True), in_place=arg(params, "in_place", bool, False))
         return {}
 
     async def delete_file(params: dict, fds: list[int]) -> dict:

@@ -1,0 +1,105 @@
+"""worker = "child" as the agent and the operator see it: workspace_info, doctor, and what
+stays in the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import anyio
+import pytest
+
+from codespace.testing import call_error, call_ok, connect
+
+from .test_crash import alive, children, serving
+
+pytestmark = pytest.mark.anyio
+CHILD = '[runtime]\nworker = "child"\n'
+
+
+async def test_off_runs_in_the_server_and_claims_no_worker_protocol(make_app, ws):
+    (ws / "a.txt").write_text("x\n")
+    async with connect(make_app()) as client:
+        info = await call_ok(client, "workspace_info")
+        assert info["runtime"] == {"worker": "off", "serving": False, "serves": [], "commands": "server"}
+        assert info["server"]["protocols"] == {"sandbox_handshake": 1}
+        assert (await call_ok(client, "read_file", {"path": "a.txt"}))["content"] == "x\n"
+        assert children(os.getpid()) == []
+
+
+async def test_child_says_what_it_serves_and_commands_stay_in_the_server(make_app, ws):
+    (ws / "a.txt").write_text("x\n")
+    async with connect(make_app(policy=CHILD)) as client:
+        runtime = await serving(client)
+        assert {k: runtime[k] for k in ("worker", "serving", "state", "protocol", "serves", "commands")} == {
+            "worker": "child", "serving": True, "state": "serving", "protocol": 5, "serves": ["files", "patch"],
+            "commands": "server",
+        }
+        assert children(os.getpid()) == [runtime["pid"]]
+        info = await call_ok(client, "workspace_info")
+        assert info["server"]["protocols"] == {"sandbox_handshake": 1, "worker_socket": 5}
+        assert info["backends"]["filesystem"] == "fs"  # the mechanism; the worker runs it
+        with open(f"/proc/{runtime['pid']}/status") as f:
+            assert "\nPPid:\t%d\n" % os.getpid() in f.read()
+        ran = await call_ok(client, "exec", {"command": ["sh", "-c", "cat a.txt"]})
+        assert ran["output"] == "x\n" and ran["exit_code"] == 0
+
+
+async def test_a_policy_asking_for_a_worker_without_the_plugin_refuses_file_calls(make_app, ws):
+    (ws / "a.txt").write_text("x\n")
+    async with connect(make_app(policy=CHILD, plugins=("fs", "patch"))) as client:
+        error = await call_error(client, "write_file", {"path": "a.txt", "content": "y", "operation_id": "w-1"})
+        assert error["code"] == "backend_missing" and "runtime.worker = 'child'" in error["message"]
+        assert "install codespace-runtime" in error["message"] and 'runtime.worker = "off"' in error["message"]
+        assert (ws / "a.txt").read_text() == "x\n"
+        info = await call_ok(client, "workspace_info")
+        assert info["runtime"]["serving"] is False and "no plugin provides a worker" in info["runtime"]["problem"]
+        assert "worker_socket" not in info["server"]["protocols"]
+        # Nothing ran: no record keeps the operation key.
+        missing = await call_error(client, "get_operation", {"operation_id": "w-1"})
+        assert "w-1" in missing["message"]
+
+
+def test_a_bad_runtime_worker_value_names_the_field(ws, tmp_path):
+    policy = tmp_path / "bad.toml"
+    policy.write_text('[runtime]\nworker = "thread"\n')
+    out = subprocess.run([sys.executable, "-m", "codespace", "doctor", "-w", str(ws), "--policy", str(policy),
+                          "--state-dir", str(tmp_path / "st")], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "runtime.worker" in out.stderr and "'off', 'child' or 'daemon'" in out.stderr
+
+
+def _doctor(ws, state, policy) -> dict[str, dict]:
+    out = subprocess.run([sys.executable, "-m", "codespace", "doctor", "-w", str(ws), "--policy", str(policy),
+                          "--state-dir", str(state), "--json"], capture_output=True, text=True, timeout=120)
+    return {c["name"]: c for c in json.loads(out.stdout) if c["name"].startswith("runtime worker")}
+
+
+async def test_doctor_starts_a_worker_and_says_a_servers_worker_died(ws, state, tmp_path):
+    from codespace.testing import build_app
+
+    policy_text = CHILD
+    checks = _doctor(ws, state, _policy(tmp_path, policy_text))
+    assert checks["runtime worker"]["ok"] is True
+    assert "answers on protocol 5 and serves files, patch; commands run in the server" in checks["runtime worker"]["detail"]
+
+    app = build_app(ws, state_dir=state, policy=policy_text)
+    async with connect(app) as client:
+        pid = (await serving(client))["pid"]
+        os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(5):
+            while alive(pid):
+                await anyio.sleep(0.01)
+        await call_ok(client, "workspace_info")  # the server notices
+        checks = _doctor(ws, state, app.workspace.policy_path)
+    last = checks["runtime worker (last server)"]
+    assert last["ok"] is False and f"the child worker (pid {pid}) killed by SIGKILL while idle" in last["detail"]
+
+
+def _policy(tmp_path, text: str):
+    path = tmp_path / "doctor-policy.toml"
+    path.write_text(text)
+    return path
