@@ -58,7 +58,7 @@ def _search(args: FindFilesArgs, root: str, rules, limits, cancel: threading.Eve
     walked, _ = INDEX.walk(root, rules, bounds, cancel)
     if walked.cancelled:
         raise ToolError(f"find_files in {root} was cancelled", code="cancelled")
-    found, total = rank(query, walked.entries, args.limit, cancel)
+    found, total = rank(query, walked.entries, args.limit, cancel, walked.memo)
     files = [FoundFile(path=r.path, match_type="directory" if r.is_dir else "file", file_name=r.name,
                        score=r.score, indices=r.indices) for r in found]
     return FindFilesResult(root=root, files=files, total_matches=total, entries_walked=len(walked.entries),

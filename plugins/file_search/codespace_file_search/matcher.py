@@ -24,8 +24,11 @@ Match = tuple[int, list[int]]
 
 def run_score(hay: Hay, h: str, n: str, start: int, end: int) -> Match:
     """Score the greedy walk of ``n`` through ``h[start:end]`` (``h[start]`` matches ``n[0]``)."""
-    bonus = hay.bonus
-    first = bonus[start]
+    classes = hay.classes
+    prev = classes[start - 1] if start else INITIAL_CLASS
+    cls = classes[start]
+    first = _BONUS[prev][cls]
+    prev = cls
     score = SCORE_MATCH + 2 * first
     indices = [start]
     k = 1
@@ -33,9 +36,10 @@ def run_score(hay: Hay, h: str, n: str, start: int, end: int) -> Match:
     in_gap = False
     consecutive = True
     for i in range(start + 1, end):
+        cls = classes[i]
         if h[i] == want:
             indices.append(i)
-            b = bonus[i]
+            b = _BONUS[prev][cls]
             if consecutive:
                 if b >= BONUS_BOUNDARY and b > first:
                     first = b
@@ -50,7 +54,12 @@ def run_score(hay: Hay, h: str, n: str, start: int, end: int) -> Match:
         else:
             score = max(score - (PENALTY_GAP_EXTENSION if in_gap else PENALTY_GAP_START), 0)
             in_gap, consecutive = True, False
+        prev = cls
     return score, indices
+
+
+def _bonus_at(classes, at: int) -> int:  # noqa: ANN001 - bytes or list
+    return _BONUS[classes[at - 1] if at else INITIAL_CLASS][classes[at]]
 
 
 def _exact_range(hay: Hay, h: str, n: str, n_ascii: bool, start: int, end: int) -> Match | None:
@@ -60,11 +69,11 @@ def _exact_range(hay: Hay, h: str, n: str, n_ascii: bool, start: int, end: int) 
 
 
 def _one_ascii(hay: Hay, h: str, c: str) -> Match | None:
-    bonus = hay.bonus
+    classes = hay.classes
     best = pos = 0
     at = h.find(c)
     while at >= 0:
-        b = bonus[at]
+        b = _bonus_at(classes, at)
         if SCORE_MATCH + 2 * b > best:
             best, pos = SCORE_MATCH + 2 * b, at
             if b >= BONUS_BOUNDARY_WHITE:
@@ -262,13 +271,13 @@ def substring(hay: Hay, h: str, n: str, n_ascii: bool) -> Match | None:
 
 
 def _best_start(hay: Hay, h: str, n: str, candidates) -> int | None:  # noqa: ANN001 - an iterator of int
-    bonus = hay.bonus
+    classes = hay.classes
     best = pos = 0
     for at in candidates:
-        score = SCORE_MATCH + 2 * bonus[at]
-        if score > best and h.startswith(n[1:], at + 1):
-            best, pos = score, at
-            if bonus[at] >= BONUS_BOUNDARY_WHITE:
+        b = _bonus_at(classes, at)
+        if SCORE_MATCH + 2 * b > best and h.startswith(n[1:], at + 1):
+            best, pos = SCORE_MATCH + 2 * b, at
+            if b >= BONUS_BOUNDARY_WHITE:
                 break
     return pos if best else None
 

@@ -19,7 +19,7 @@ from itertools import accumulate
 from . import query as q
 
 
-_BLANKS = "[ \\t\\r\\x0b\\x0c]*"  # what an anchored atom may skip at the path's ends (never the newline)
+_BLANKS = "[ \\t\\r\\x0c]*"  # what an anchored atom may skip at the path's ends (never the newline)
 
 
 def subsequence_pattern(needle: str) -> re.Pattern:
@@ -46,18 +46,22 @@ class Buffer:
     """The lowered ASCII paths of a walk, joined, with where each line starts."""
 
     def __init__(self, entries: list[tuple[str, str, bool]]) -> None:
-        self.ascii: list[int] = []
-        self.other: list[int] = []
-        lines = []
-        for n, entry in enumerate(entries):
-            path = entry[0]
-            if path.isascii() and "\n" not in path:  # a newline in a name would split its line
-                self.ascii.append(n)
-                lines.append(path)
-            else:
-                self.other.append(n)
-        self.text = "\n".join(lines).lower()
-        self.starts = [0, *accumulate(len(p) + 1 for p in lines)]
+        paths = [entry[0] for entry in entries]
+        text = "\n".join(paths)
+        if text.isascii() and text.count("\n") == len(paths) - 1:
+            self.ascii, self.other, lines = range(len(paths)), [], paths  # the usual tree: no detour
+        else:
+            self.ascii, self.other, lines = [], [], []
+            for n, path in enumerate(paths):
+                if path.isascii() and "\n" not in path:  # a newline in a name would split its line
+                    self.ascii.append(n)
+                    lines.append(path)
+                else:
+                    self.other.append(n)
+            text = "\n".join(lines)
+        self.text = text.lower()
+        self.starts = [0, *accumulate(map(len, lines))]
+        self.starts = [start + k for k, start in enumerate(self.starts)]
 
     def lines_matching(self, pattern: re.Pattern) -> set[int]:
         starts = self.starts
@@ -72,19 +76,44 @@ class Buffer:
             at = starts[line + 1]  # the rest of this line can add nothing
 
 
-def candidates(query: q.Query, entries: list[tuple[str, str, bool]]) -> list[int]:
-    """Indices (in walk order) of the entries that may match every positive atom."""
+def exact_on_ascii(atom: q.Atom) -> bool:
+    """Whether the atom's pattern decides an ASCII path exactly as nucleo does (else it is
+    a superset): all but a substring whose first letter comes third or later (nucleo then
+    looks for it case-sensitively, and not near the end) and anchors on a blank."""
+    n = atom.needle
+    if atom.kind == q.FUZZY:
+        return True
+    if atom.kind == q.SUBSTRING:
+        letter = next((k for k, c in enumerate(n) if "a" <= c <= "z"), 0)
+        return letter <= 1
+    head = atom.kind in (q.PREFIX, q.EXACT) and n[:1].isspace()
+    tail = atom.kind in (q.POSTFIX, q.EXACT) and n[-1:].isspace()
+    return not (head or tail)
+
+
+def candidates(query: q.Query, entries: list[tuple[str, str, bool]],
+               memo: dict | None = None) -> tuple[list[int], bool]:
+    """Indices (in walk order) of the entries that may match the query, and whether every
+    ASCII one among them surely does; ``memo`` keeps the buffer for the next query."""
     positive = [a for a in query.atoms if not a.negative]
+    sure = all(a.ascii and exact_on_ascii(a) for a in query.atoms)
     if any(not a.ascii for a in positive):
-        return [n for n, entry in enumerate(entries) if not entry[0].isascii()]  # never an ASCII path
-    if not positive:
-        return list(range(len(entries)))
-    buffer = Buffer(entries)
+        return [n for n, entry in enumerate(entries) if not entry[0].isascii()], False
+    buffer = memo.get("buffer") if memo is not None else None
+    if buffer is None:
+        buffer = Buffer(entries)
+        if memo is not None:
+            memo["buffer"] = buffer
     lines: set[int] | None = None
     for atom in positive:
         found = buffer.lines_matching(_pattern(atom))
         lines = found if lines is None else lines & found
         if not lines:
-            break
-    picked = [buffer.ascii[i] for i in lines or ()]
-    return sorted(picked + buffer.other)
+            return sorted(buffer.other), sure
+    if lines is None:
+        lines = set(range(len(buffer.ascii)))
+    for atom in query.atoms:
+        if atom.negative and atom.ascii and exact_on_ascii(atom):
+            lines -= buffer.lines_matching(_pattern(atom))
+    picked = [buffer.ascii[i] for i in lines]
+    return sorted(picked + buffer.other), sure

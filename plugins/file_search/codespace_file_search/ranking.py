@@ -45,14 +45,13 @@ class _Key:
 
 
 def rank(query: q.Query, entries: list[tuple[str, str, bool]], limit: int = LIMIT,
-         cancel: threading.Event | None = None) -> tuple[list[Ranked], int]:
+         cancel: threading.Event | None = None, memo: dict | None = None) -> tuple[list[Ranked], int]:
     """The best ``limit`` matches and how many entries matched in all."""
     if query.empty:
         return [], 0
-    picked = candidates(query, entries)
-    # With only plain fuzzy atoms every ASCII candidate matches (the prefilter is exact),
-    # so one whose best possible score cannot beat the cut is counted without scoring.
-    sure = all(a.kind == q.FUZZY and not a.negative for a in query.atoms)
+    # When the prefilter decides ASCII paths exactly, a candidate whose best possible
+    # score cannot beat the cut is counted without scoring it.
+    picked, sure = candidates(query, entries, memo)
     bound = sum(25 * len(a.needle) + 9 for a in query.atoms if not a.negative)
     level_of = _name_levels(query)
     heap: list[_Key] = []
@@ -63,21 +62,24 @@ def rank(query: q.Query, entries: list[tuple[str, str, bool]], limit: int = LIMI
             break
         path, name, is_dir = entries[n]
         naming = is_dir and q.names_dir(query, name)
-        if sure and not naming and len(heap) >= limit and path.isascii():
+        full = len(heap) >= limit
+        if sure and full and not naming and path.isascii():
             level = 0 if is_dir else level_of(name)
-            if not heap[0] < _Key((level << 16) + bound, path.count("/"), path, None):  # type: ignore[arg-type]
+            if not _beats(heap[0], (level << 16) + bound, path):
                 total += 1
                 continue
         found = q.ranked(query, path, name, is_dir)
         if found is None:
             continue
         total += 1
-        item = Ranked(path, name, is_dir, found[0], found[1])
         if naming:
             rival = (-found[0], len(path), path)
             if named is None or rival < named[0]:
-                named = (rival, item)
-        _keep(heap, _Key(found[0], path.count("/"), path, item), limit)
+                named = (rival, Ranked(path, name, is_dir, found[0], found[1]))
+        if not full:
+            heapq.heappush(heap, _Key(found[0], path.count("/"), path, Ranked(path, name, is_dir, *found)))
+        elif _beats(heap[0], found[0], path):
+            heapq.heapreplace(heap, _Key(found[0], path.count("/"), path, Ranked(path, name, is_dir, *found)))
     if named is not None:
         _crown(heap, named[1], limit)
     best = sorted((k.item for k in heap), key=lambda r: (-r.score, r.path))
@@ -109,17 +111,20 @@ def _tiers_first(entries: list[tuple[str, str, bool]], picked: list[int], level_
     return first + rest
 
 
-def _keep(heap: list[_Key], key: _Key, limit: int) -> None:
-    if len(heap) < limit:
-        heapq.heappush(heap, key)
-    elif heap[0] < key:
-        heapq.heapreplace(heap, key)
+def _beats(worst: _Key, score: int, path: str) -> bool:
+    """Whether an entry would displace the worst kept one (the heap's top)."""
+    if score != worst.score:
+        return score > worst.score
+    depth = path.count("/")
+    if depth != worst.depth:
+        return depth < worst.depth
+    return path < worst.path
 
 
 def _crown(heap: list[_Key], item: Ranked, limit: int) -> None:
     """Codex lifts one directory only, the best-scored (then shortest) of those the query
     names exactly, to tier 2; the others keep their plain score."""
-    heap[:] = [k for k in heap if k.item is not item]
+    heap[:] = [k for k in heap if k.path != item.path]
     heapq.heapify(heap)
     lifted = Ranked(item.path, item.name, True, (2 << 16) + item.score, item.indices)
     heapq.heappush(heap, _Key(lifted.score, item.path.count("/"), item.path, lifted))

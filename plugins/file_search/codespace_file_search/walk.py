@@ -42,6 +42,8 @@ class Walked:
     """Which bound stopped the walk, in words; None when it saw everything."""
     errors: int = 0
     cancelled: bool = False
+    memo: dict = field(default_factory=dict)
+    """What searches derive from these entries and may reuse while the walk is kept."""
 
 
 class _Stop(Exception):
