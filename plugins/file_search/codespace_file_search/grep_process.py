@@ -92,7 +92,7 @@ class RgRun:
 
     def _check_stop(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
-            pass
+            raise Stopped("cancelled")
         if time.monotonic() > self.deadline:
             raise Stopped("timeout")
 
