@@ -2,11 +2,14 @@
 """find_files against the pinned binary's app-server fuzzyFileSearch, side by side in one run.
 
 Both search the same generated tree (``--files`` files in nested directories) for the same
-queries; each call re-walks the tree (upstream does; so do we). Ours is timed in process
-(walk + rank, the tool handler's work without MCP framing); a contender that fails to run
-fails the benchmark.
+queries. Upstream re-walks the tree on every call. Ours keeps its walk (walk_index, inotify)
+and is timed four ways: ``cold`` (the kept walk dropped first: walk + rank, as after any
+change in the tree), ``warm`` (the kept walk reused: rank only), and both through a real MCP
+client session with the server (in memory), ``mcp_cold`` and ``mcp`` (warm). Then the round trip on a small tree
+(20 files): find_files over MCP against fuzzyFileSearch over the app-server's stdio.
+A contender that fails to run fails the benchmark; result counts must agree.
 
-Usage: python benchmarks/find_files_bench.py [--files 100000] [--rounds 3]
+Usage: python benchmarks/find_files_bench.py [--files 100000] [--rounds 3] [--calls 200]
 """
 
 from __future__ import annotations
@@ -17,18 +20,23 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
+import anyio
+
 from codespace.contract import codex_binary
+from codespace.testing import build_app, connect
 from codespace_file_search.pin_client import AppServer
 from codespace_file_search.query import parse
 from codespace_file_search.ranking import rank
-from codespace_file_search.walk import Bounds, walk
+from codespace_file_search.walk import Bounds
+from codespace_file_search.walk_index import INDEX
 
 QUERIES = ["main", "srcutil", "tst_cfg", "^mod", "'parser", "rs$", "abc xyz"]
 WORDS = ["main", "src", "util", "test", "config", "parser", "mod", "lib", "index", "core", "abc", "data"]
+BOUNDS = Bounds(entries=10**7, dirs=10**6, seconds=600)
+LARGE_POLICY = "[limits]\nwalk_max_entries = 10000000\nwalk_max_dirs = 1000000\n"
 
 
 def build(root: str, files: int) -> None:
@@ -39,43 +47,97 @@ def build(root: str, files: int) -> None:
         os.makedirs(d, exist_ok=True)
         dirs.append(d)
     for i in range(files):
-        with open(os.path.join(dirs[i % len(dirs)], f"{rng.choice(WORDS)}_{rng.choice(WORDS)}{i}.{rng.choice(['rs', 'py', 'md'])}"), "w"):
+        name = f"{rng.choice(WORDS)}_{rng.choice(WORDS)}{i}.{rng.choice(['rs', 'py', 'md'])}"
+        with open(os.path.join(dirs[i % len(dirs)], name), "w"):
             pass
 
 
 def ours(root: str, query: str) -> int:
-    found, _ = rank(parse(query), walk(root, None, Bounds(entries=10**7, dirs=10**6, seconds=600)).entries)
+    walked, _ = INDEX.walk(root, None, BOUNDS)
+    found, _ = rank(parse(query), walked.entries, memo=walked.memo)
     return len(found)
+
+
+def timed(fn, *args) -> tuple[float, object]:  # noqa: ANN001
+    start = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - start, out
+
+
+async def mcp_call(client, query: str) -> tuple[float, int]:  # noqa: ANN001
+    start = time.perf_counter()
+    result = await client.call_tool("find_files", {"query": query, "limit": 50})
+    elapsed = time.perf_counter() - start
+    if result.is_error:
+        raise SystemExit(f"find_files over MCP failed: {result.content[0].text[:300]}")
+    return elapsed, len(result.structured_content["files"])
+
+
+async def large(root: str, state: str, server: AppServer, rounds: int) -> dict:
+    times: dict[str, dict[str, list[float]]] = {
+        q: {"upstream": [], "cold": [], "warm": [], "mcp_cold": [], "mcp": []} for q in QUERIES}
+    app = build_app(root, state_dir=state, plugins=("file_search",), policy=LARGE_POLICY)
+    async with connect(app) as client:
+        for _ in range(rounds):
+            for query in QUERIES:
+                t, up = timed(server.fuzzy_file_search, query, [root])
+                times[query]["upstream"].append(t)
+                INDEX.clear()
+                t, cold = timed(ours, root, query)
+                times[query]["cold"].append(t)
+                t, warm = timed(ours, root, query)
+                times[query]["warm"].append(t)
+                t, first = await mcp_call(client, query)  # its kept walk was dropped above
+                times[query]["mcp_cold"].append(t)
+                t, over = await mcp_call(client, query)
+                times[query]["mcp"].append(t)
+                if not len(up) == cold == warm == first == over:
+                    raise SystemExit(f"{query!r}: {len(up)} results upstream, ours {cold}/{warm}/{first}/{over}")
+    out = {}
+    for query, by in times.items():
+        med = {k: statistics.median(v) * 1000 for k, v in by.items()}
+        out[query] = {f"{k}_ms": round(v, 1) for k, v in med.items()}
+        out[query].update({f"{k}_ratio": round(med[k] / med["upstream"], 2) for k in ("cold", "warm", "mcp_cold", "mcp")})
+    return out
+
+
+async def small(base: str, server: AppServer, calls: int) -> dict:
+    root = os.path.join(base, "small")
+    os.makedirs(root)
+    for i in range(20):
+        with open(os.path.join(root, f"{WORDS[i % len(WORDS)]}_{i}.py"), "w"):
+            pass
+    mine, theirs = [], []
+    async with connect(build_app(root, state_dir=os.path.join(base, "small-state"), plugins=("file_search",))) as client:
+        for _ in range(calls):
+            mine.append((await mcp_call(client, "main"))[0])
+            theirs.append(timed(server.fuzzy_file_search, "main", [root])[0])
+    mine.sort()
+    theirs.sort()
+    pick = lambda xs, p: round(xs[int(len(xs) * p)] * 1000, 2)  # noqa: E731
+    return {"find_files_mcp_p50_ms": pick(mine, 0.5), "find_files_mcp_p90_ms": pick(mine, 0.9),
+            "fuzzyFileSearch_p50_ms": pick(theirs, 0.5), "fuzzyFileSearch_p90_ms": pick(theirs, 0.9),
+            "p50_ratio": round(pick(mine, 0.5) / pick(theirs, 0.5), 2)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
-    root = os.path.realpath(tempfile.mkdtemp(prefix="cs-find-bench-"))
+    base = os.path.realpath(tempfile.mkdtemp(prefix="cs-find-bench-"))
     try:
+        root = os.path.join(base, "tree")
         build(root, args.files)
         with AppServer(codex_binary("0.171.0", fetch=False), timeout=600) as server:
-            results = {}
-            for query in QUERIES:
-                times = {"ours": [], "upstream": []}
-                for _ in range(args.rounds):
-                    started = time.perf_counter()
-                    n_up = len(server.fuzzy_file_search(query, [root]))
-                    times["upstream"].append(time.perf_counter() - started)
-                    started = time.perf_counter()
-                    n_ours = ours(root, query)
-                    times["ours"].append(time.perf_counter() - started)
-                if n_up != n_ours:
-                    print(f"warning: {query!r}: {n_ours} results ours, {n_up} upstream", file=sys.stderr)
-                med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-                results[query] = {"ours_ms": round(med["ours"], 1), "upstream_ms": round(med["upstream"], 1),
-                                  "ratio": round(med["ours"] / med["upstream"], 2)}
-        print(json.dumps({"files": args.files, "rounds": args.rounds, "cpus": os.cpu_count(), "results": results},
-                         indent=2))
+            results = anyio.run(large, root, os.path.join(base, "state"), server, args.rounds)
+            latency = anyio.run(small, base, server, args.calls)
+        print(json.dumps({"files": args.files, "rounds": args.rounds, "cpus": os.cpu_count(),
+                          "large": results, "small_tree_round_trip": latency}, indent=2))
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        INDEX.clear()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
