@@ -17,7 +17,7 @@ patterns, interleaved round by round. Contenders:
 
 A contender that fails (non-zero exit, an error result) fails the benchmark.
 Also reports the MCP round trip on a small tree. Usage:
-python benchmarks/grep_bench.py [--files 100000] [--rounds 3]
+python benchmarks/grep_bench.py [--files 100000] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ async def run(root: str, state: str, rounds: int) -> dict:
                 times.setdefault((name, "rg (plain)"), []).append(time_rg(plain, root))
                 times.setdefault((name, "grep"), []).append(time_search(args, workspace))
                 times.setdefault((name, "grep over MCP"), []).append(await time_mcp(client, {"path": ".", **case}))
-    return {key: statistics.median(values) for key, values in times.items()}
+    return times
 
 
 async def small_latency(base: str, calls: int = 200) -> tuple[float, float]:
@@ -125,20 +125,22 @@ async def small_latency(base: str, calls: int = 200) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     base = os.path.realpath(tempfile.mkdtemp(prefix="cs-grep-bench-"))
     try:
         root = os.path.join(base, "tree")
         build(root, args.files)
-        medians = anyio.run(run, root, os.path.join(base, "state"), args.rounds)
-        print(f"grep on {args.files} files, median of {args.rounds} (seconds; ratio = contender / rg)")
-        print(f"{'case':<26} {'rg':>8} {'rg plain':>9} {'grep':>8} {'ratio':>6} {'MCP':>8} {'ratio':>6}")
-        for name in CASES:
-            rg = medians[(name, "rg")]
-            ours, mcp = medians[(name, "grep")], medians[(name, "grep over MCP")]
-            print(f"{name:<26} {rg:8.3f} {medians[(name, 'rg (plain)')]:9.3f} {ours:8.3f} "
-                  f"{ours / rg:6.2f} {mcp:8.3f} {mcp / rg:6.2f}")
+        times = anyio.run(run, root, os.path.join(base, "state"), args.rounds)
+        # Median and best of the rounds: on a shared machine the best is the least disturbed.
+        for label, pick in (("median", statistics.median), ("best", min)):
+            at = {key: pick(values) for key, values in times.items()}
+            print(f"grep on {args.files} files, {label} of {args.rounds} (seconds; ratio = contender / rg)")
+            print(f"{'case':<26} {'rg':>8} {'rg plain':>9} {'grep':>8} {'ratio':>6} {'MCP':>8} {'ratio':>6}")
+            for name in CASES:
+                rg, ours, mcp = at[(name, "rg")], at[(name, "grep")], at[(name, "grep over MCP")]
+                print(f"{name:<26} {rg:8.3f} {at[(name, 'rg (plain)')]:9.3f} {ours:8.3f} "
+                      f"{ours / rg:6.2f} {mcp:8.3f} {mcp / rg:6.2f}")
         p50, p90 = anyio.run(small_latency, base)
         print(f"MCP round trip, 20-file tree, 200 calls: p50 {p50:.2f} ms, p90 {p90:.2f} ms")
     finally:
