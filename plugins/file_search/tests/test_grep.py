@@ -164,12 +164,14 @@ async def test_bad_arguments_name_the_argument(mcp_client, ws):
     async with mcp_client() as client:
         regex = await call_error(client, "grep", {"pattern": "(unclosed"})
         glob = await call_error(client, "grep", {"pattern": "x", "include": ["!*.py"]})
+        bad_glob = await call_error(client, "grep", {"pattern": "x", "exclude": ["src/[a"]})
         missing = await call_error(client, "grep", {"pattern": "x", "path": "nowhere"})
         still_fine = await call_ok(client, "grep", {"pattern": "VALUE"})
     assert regex["code"] == "invalid_pattern" and "unclosed group" in regex["message"]
     assert "literal=true" in regex["message"]
     assert glob["details"]["argument"] == "include" and "exclude" in glob["message"]
     assert missing["code"] == "not_found"
+    assert bad_glob["code"] == "invalid_argument" and "src/[a" in bad_glob["message"], bad_glob
     assert _lines(still_fine)[0][0] == "src/app.py"
 
 
