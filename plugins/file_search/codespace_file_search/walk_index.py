@@ -160,6 +160,9 @@ class WalkIndex:
             _, (_, watcher) = self._kept.popitem(last=False)
             watcher.close()
 
+    def __len__(self) -> int:
+        return len(self._kept)
+
     def clear(self) -> None:
         with self._lock:
             for _, watcher in self._kept.values():

@@ -99,3 +99,46 @@ def test_walk_stops_when_cancelled(tmp_path):
     walked = walk(str(tmp_path), cancel=cancel)
     assert walked.cancelled and walked.truncated == "cancelled" and len(walked.entries) < 50
     assert len(walk(str(tmp_path)).entries) == 1 + 20 + 400
+
+
+async def test_a_client_that_cancels_stops_the_walk(ws, mcp_client):
+    """The client gives up on a long walk (notifications/cancelled): the walk thread must stop
+    within moments, and the partial walk must not be kept for the next call."""
+    import sys
+    import time
+
+    import anyio
+
+    from codespace_file_search.walk_index import INDEX
+
+    for i in range(200):
+        for j in range(100):
+            os.makedirs(ws / f"d{i}" / f"e{j}")
+
+    def walking() -> bool:
+        return any(frame.f_code.co_filename.endswith(("walk.py", "ranking.py", "prefilter.py"))
+                   for frame in _frames(sys._current_frames().values()))
+
+    INDEX.clear()
+    policy = "[limits]\nwalk_max_entries = 10000000\nwalk_max_dirs = 1000000\n"
+    async with mcp_client(policy=policy) as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "find_files", {"query": "zzz"})
+            with anyio.fail_after(20):
+                while not walking():
+                    await anyio.sleep(0.001)
+            cancelled_at = time.monotonic()
+            tg.cancel_scope.cancel()
+        while walking() and time.monotonic() < cancelled_at + 30:
+            await anyio.sleep(0.01)
+        assert time.monotonic() - cancelled_at < 2, "the walk ran on after the call was cancelled"
+        assert len(INDEX) == 0, "a walk that was cancelled (or ran to its end regardless) was kept"
+        got = await call_ok(client, "find_files", {"query": "e99"})
+    assert got["entries_walked"] == 200 * 101 + 1 and not got["truncated"]
+
+
+def _frames(tops):  # noqa: ANN001, ANN202
+    for frame in tops:
+        while frame is not None:
+            yield frame
+            frame = frame.f_back
