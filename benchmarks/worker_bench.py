@@ -5,8 +5,8 @@ Contenders, each its own process, all driven from this one with the same asyncio
 - ``floor-bytes``: a blocking loop that reads a frame and answers a fixed small frame, no JSON:
   what two Python processes exchanging frames cost at least;
 - ``floor-json``: the same, decoding the request and encoding the answer as JSON;
-- ``floor-asyncio``: an asyncio loop answering with this package's framing (``recv_frame`` /
-  ``send_frame``) and nothing else: the worker's transport without its protocol;
+- ``floor-asyncio``: an asyncio loop answering with this package's ``FrameReader`` and
+  ``send_frame`` and nothing else: the worker's transport without its protocol;
 - ``worker``: ``codespace-worker serve --fd N --no-runner`` (hardened, handshake done) answering
   ``ping`` through :class:`WorkerClient`.
 Workloads: ``ping`` (an empty request) and ``1MiB`` (a request carrying 1 MiB of string
@@ -16,6 +16,13 @@ medians of per-round p50s are reported, with the worker's ratio to each floor.
 A contender that fails to start or answer fails the benchmark (exit 1), nothing is reported.
 
     .venv/bin/python benchmarks/worker_bench.py --section protocol [--rounds 5] [--calls 400]
+
+Section ``read_file``: the MCP ``read_file`` call on a small file, p50, through a real
+``codespace serve`` over stdio with ``[runtime] worker = "off"`` (in-process) and ``"child"``
+(the worker performs the read), the two servers interleaved round by round. Each round checks in
+``workspace_info`` that the child server's worker is serving (else the benchmark fails).
+
+    .venv/bin/python benchmarks/worker_bench.py --section read_file [--rounds 7] [--calls 300]
 """
 
 from __future__ import annotations
@@ -60,13 +67,15 @@ while True:
 
 FRAMING = r"""
 import asyncio, socket, sys
-from codespace_runtime.framing import recv_frame, send_frame
+from codespace_runtime.framing import send_frame
+from codespace_runtime.reader import FrameReader
 async def main():
     sock = socket.socket(fileno=int(sys.argv[1]))
     sock.setblocking(False)
+    reader = FrameReader(sock)
     while True:
         try:
-            request, _ = await recv_frame(sock)
+            request, _ = await reader.next()
         except EOFError:
             return
         await send_frame(sock, {"id": request["id"], "result": {"pong": True}})
@@ -163,12 +172,72 @@ async def protocol(rounds: int, calls: int) -> dict:
     return {w: {name: round(statistics.median(v), 4) for name, v in by.items()} for w, by in results.items()}
 
 
+READ_TEXT = "hello from a small file\n" * 4
+
+
+async def _read_file_round(ws: str, state: str, policy: str, worker: str, calls: int) -> float:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=[
+        "-m", "codespace", "serve", "--workspace", ws, "--state-dir", state, "--policy", policy,
+    ], env={**os.environ, "CODESPACE_PLUGINS_ALLOW": "fs,runtime"})
+    async with Client(params) as client:
+        for _ in range(50):  # the worker starts with the server; wait until it serves
+            info = (await client.call_tool("workspace_info", {})).structured_content
+            runtime = info["runtime"]
+            if runtime["worker"] != worker:
+                raise SystemExit(f"server for worker={worker} reports worker={runtime['worker']}: benchmark failed")
+            if worker == "off" or runtime["serving"]:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise SystemExit(f"the child worker never served ({runtime}): benchmark failed")
+        samples = []
+        for i in range(20 + calls):
+            start = time.perf_counter()
+            result = await client.call_tool("read_file", {"path": "a.txt"})
+            elapsed = (time.perf_counter() - start) * 1000
+            if result.is_error or result.structured_content["content"] != READ_TEXT:
+                raise SystemExit(f"read_file with worker={worker} failed: {result.content[0].text[:300]}")
+            if i >= 20:
+                samples.append(elapsed)
+        if worker == "child" and not (await client.call_tool("workspace_info", {})).structured_content["runtime"]["serving"]:
+            raise SystemExit("the child worker stopped serving during the run: benchmark failed")
+    return statistics.median(samples)
+
+
+async def read_file_section(rounds: int, calls: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "ws").mkdir()
+        (root / "ws" / "a.txt").write_text(READ_TEXT)
+        policies = {}
+        for worker in ("off", "child"):
+            policies[worker] = root / f"{worker}.toml"
+            policies[worker].write_text(f'[runtime]\nworker = "{worker}"\n')
+        p50s: dict[str, list[float]] = {"off": [], "child": []}
+        for r in range(rounds):
+            order = ("off", "child") if r % 2 == 0 else ("child", "off")
+            for worker in order:
+                p50s[worker].append(await _read_file_round(str(root / "ws"), str(root / f"state-{worker}"),
+                                                           str(policies[worker]), worker, calls))
+    return {"p50_ms": {w: round(statistics.median(v), 4) for w, v in p50s.items()},
+            "per_round_ms": {w: [round(x, 4) for x in v] for w, v in p50s.items()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--section", choices=["protocol"], default="protocol")
+    parser.add_argument("--section", choices=["protocol", "read_file"], default="protocol")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=400)
     args = parser.parse_args()
+    if args.section == "read_file":
+        found = asyncio.run(read_file_section(args.rounds, args.calls))
+        off, child = found["p50_ms"]["off"], found["p50_ms"]["child"]
+        print(f"read_file p50: in-process {off:.3f} ms  child worker {child:.3f} ms  | child/in-process {child / off:.2f}x")
+        print(json.dumps({"section": args.section, **found, "ratio": round(child / off, 3), "load": os.getloadavg()[0]}))
+        return
     results = asyncio.run(protocol(args.rounds, args.calls))
     for workload, by in results.items():
         worker = by["worker"]

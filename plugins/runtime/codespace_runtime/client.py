@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from pydantic import ValidationError
 
 from . import protocol as p
-from .framing import FrameError, recv_frame, send_frame
+from .framing import FrameError, send_frame
+from .reader import FrameReader
 
 _log = logging.getLogger("codespace_runtime.client")
 NotificationCallback = Callable[[str, dict, list[int]], None]
@@ -47,9 +48,9 @@ class WorkerGone(WorkerError):
         self.dispatched = dispatched
 
 
-async def read_greeting(sock: socket.socket) -> p.Greeting:
+async def read_greeting(reader: FrameReader) -> p.Greeting:
     try:
-        obj, fds = await recv_frame(sock)
+        obj, fds = await reader.next()
     except EOFError:
         raise WorkerError("the worker closed the connection before greeting (is this uid allowed to connect?)") from None
     except FrameError as exc:
@@ -61,12 +62,13 @@ async def read_greeting(sock: socket.socket) -> p.Greeting:
         raise WorkerError(f"not a protocol-5 worker: its first frame is not a greeting ({str(obj)[:200]})") from None
 
 
-async def request_once(sock: socket.socket, request_id: int, method: str, params: dict) -> dict:
+async def request_once(sock: socket.socket, reader: FrameReader, request_id: int, method: str,
+                       params: dict) -> dict:
     """Send one request and read frames until its answer (before the reader task exists)."""
     await send_frame(sock, {"id": request_id, "method": method, "params": params})
     while True:
         try:
-            obj, fds = await recv_frame(sock)
+            obj, fds = await reader.next()
         except EOFError:
             raise WorkerGone(True, f"the worker closed the connection during {method!r}") from None
         except FrameError as exc:
@@ -79,14 +81,19 @@ async def request_once(sock: socket.socket, request_id: int, method: str, params
 async def fetch_status(sock: socket.socket) -> dict:
     """The worker's pre-hello ``status`` (versions and liveness), with no token."""
     sock.setblocking(False)
-    greeting = await read_greeting(sock)
-    return {**await request_once(sock, 0, "status", {}), "greeting_protocols": greeting.protocols}
+    reader = FrameReader(sock)
+    try:
+        greeting = await read_greeting(reader)
+        return {**await request_once(sock, reader, 0, "status", {}), "greeting_protocols": greeting.protocols}
+    finally:
+        reader.close()
 
 
 class WorkerClient:
-    def __init__(self, sock: socket.socket, welcome: p.Welcome) -> None:
+    def __init__(self, sock: socket.socket, welcome: p.Welcome, reader: FrameReader) -> None:
         self.sock = sock
         self.welcome = welcome
+        self._frames = reader
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
         self._write = asyncio.Lock()
@@ -99,14 +106,23 @@ class WorkerClient:
         """Greeting, ``hello`` with the token's proof, ``welcome``; raises :class:`WorkerError`
         (or :class:`WorkerCallError` for a refused hello: a version mismatch names both)."""
         sock.setblocking(False)
-        greeting = await read_greeting(sock)
+        reader = FrameReader(sock)
+        try:
+            return await cls._handshake(sock, reader, token, client)
+        except BaseException:
+            reader.close()
+            raise
+
+    @classmethod
+    async def _handshake(cls, sock: socket.socket, reader: FrameReader, token: bytes, client: str) -> WorkerClient:
+        greeting = await read_greeting(reader)
         if p.PROTOCOL not in greeting.protocols:
             raise WorkerError(f"protocol mismatch: this client speaks protocol {p.PROTOCOL}, the worker offers "
                               f"{', '.join(map(str, greeting.protocols))}. To proceed: use a worker of the same "
                               "CodeSpace release.")
         hello = p.Hello(protocol=p.PROTOCOL, proof=p.proof(token, greeting.nonce), client=client)
-        result = await request_once(sock, 0, "hello", hello.model_dump())
-        return cls(sock, p.Welcome.model_validate(result))
+        result = await request_once(sock, reader, 0, "hello", hello.model_dump())
+        return cls(sock, p.Welcome.model_validate(result), reader)
 
     @property
     def is_open(self) -> bool:
@@ -159,7 +175,7 @@ class WorkerClient:
         reason = "the worker closed the connection"
         try:
             while True:
-                obj, fds = await recv_frame(self.sock)
+                obj, fds = await self._frames.next()
                 self._deliver(obj, fds)
         except EOFError:
             pass
@@ -206,6 +222,7 @@ class WorkerClient:
     async def close(self) -> None:
         self._reader.cancel()
         await asyncio.gather(self._reader, return_exceptions=True)
+        self._frames.close()
         self.sock.close()
 
 

@@ -21,7 +21,8 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pydantic import ValidationError
 
 from . import protocol as p
-from .framing import FrameError, recv_frame, send_frame
+from .framing import FrameError, send_frame
+from .reader import FrameReader
 from .sockets import peer_credentials
 
 Handler = Callable[[dict, list[int]], Awaitable["dict | tuple[dict, list[int]]"]]
@@ -77,6 +78,7 @@ class Connection:
         self._nonce = secrets.token_hex(p.NONCE_BYTES)
         self.client: str | None = None
         self._open = True
+        self._reader: FrameReader | None = None
 
     async def notify(self, method: str, params: dict, fds: Sequence[int] = ()) -> None:
         """Send a notification; a connection that has gone is skipped (its client hears nothing)."""
@@ -96,6 +98,7 @@ class Connection:
         await self._send(p.error_frame(request_id, error))
 
     async def run(self) -> None:
+        self._reader = FrameReader(self.sock)
         try:
             await self._send(p.Greeting(protocols=[p.PROTOCOL], nonce=self._nonce,
                                         worker=p.WORKER_VERSION).model_dump())
@@ -111,13 +114,14 @@ class Connection:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            self._reader.close()
 
     async def _next_request(self) -> tuple[p.Request, list[int]] | None:
         """The next well-formed request, answering (or, out of step, giving up on) bad frames.
         None when the connection is over."""
         while True:
             try:
-                obj, fds = await recv_frame(self.sock)
+                obj, fds = await self._reader.next()
             except EOFError:
                 return None
             except FrameError as exc:

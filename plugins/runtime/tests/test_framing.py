@@ -189,3 +189,19 @@ def test_encode_refuses_what_cannot_be_a_frame():
     with pytest.raises(FrameError, match="not JSON-serialisable"):
         framing.encode_frame({"f": float("nan")})
     assert framing.encode_frame({"a": 1}, 2)[4:] == b'{"a":1,"fds":2}'
+
+
+def test_descriptors_sent_between_other_frames_belong_to_their_own_frame(worker):
+    sock = raw(worker)
+    hello(worker, sock)
+    before = open_fds(worker.proc.pid)
+    for round_ in range(20):
+        r, w = os.pipe()
+        send_raw(sock, json.dumps({"id": 3 * round_, "method": "ping", "params": {}}).encode())
+        send_raw(sock, json.dumps({"id": 3 * round_ + 1, "method": "ping", "params": {}, "fds": 1}).encode(), [r])
+        send_raw(sock, json.dumps({"id": 3 * round_ + 2, "method": "ping", "params": {}}).encode())
+        answers = [read_frame(sock) for _ in range(3)]
+        assert answers == [{"id": 3 * round_ + i, "result": {"pong": True}} for i in range(3)]
+        os.close(r)
+        os.close(w)
+    assert open_fds(worker.proc.pid) == before  # ping closed the descriptor it was handed
