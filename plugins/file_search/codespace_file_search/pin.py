@@ -33,6 +33,8 @@ OUT_LINK = "outward"
 CUT_REASON = ("at the 50-result cut, equal scores are kept by fewer path components then path, "
               "not in upstream's (parallel, unordered) walk order")
 OUT_REASON = "links leading out of the search root are listed but not entered"
+LISTED = (OUT_REASON, CUT_REASON)
+"""The deliberate differences the check accepts, each listed with its reason in README.md."""
 
 
 def pin_check() -> PinCheck:

@@ -25,3 +25,14 @@ def test_pin_check_runs_against_the_binary():
     report = pin_check().run(PinCheckRequest(release="rust-v0.171.0", codex=codex, seed=171, cases=5,
                                              log=lambda line: None))
     assert report.unavailable is None and report.cases == 20
+
+
+def test_the_readme_lists_every_accepted_difference_and_no_other():
+    from pathlib import Path
+
+    from codespace_file_search.pin import LISTED
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split("Differences from upstream that the check accepts", 1)[1].split("Known and not generated", 1)[0]
+    bullets = [line[2:].strip() for line in section.splitlines() if line.startswith("- ")]
+    assert bullets == list(LISTED)
