@@ -29,6 +29,8 @@ from .errors_wire import NotRun
 Handler = Callable[[dict, list[int]], Awaitable[dict]]
 POLICY_ENV = "CODESPACE_WORKER_POLICY"
 """The policy file the server was started with (child mode: set by the server that starts the worker)."""
+UMASK_ENV = "CODESPACE_WORKER_UMASK"
+"""The server's umask in octal (child mode): what files created for the agent are made under."""
 SERVES = ["files", "patch"]
 
 # method -> (request model, backend method, {field: need}); needs as the file tools declare them.
@@ -183,6 +185,22 @@ def _patch_handler(workspace: Any, backends: Any, judge: Judge) -> Handler:
     return apply
 
 
+def _agent_umask(value: str | None) -> None:
+    """Take the server's umask for what the backends create for the agent, so a file written
+    through the worker gets the mode it gets in-process (the hardening's 077 would make every
+    new file 0600). The worker's own files do not depend on it: the token is only read, the
+    socket is bound under an explicit 077, journal and state files have explicit modes."""
+    if not value:
+        return
+    try:
+        mask = int(value, 8)
+    except ValueError:
+        raise gate.WorkspaceError(f"{UMASK_ENV}={value!r} is not an octal umask (e.g. 022)") from None
+    if not 0 <= mask <= 0o777:
+        raise gate.WorkspaceError(f"{UMASK_ENV}={value!r} is not an octal umask (e.g. 022)")
+    os.umask(mask)
+
+
 def handlers_for(
     root: str, *, policy: str | None = None, state_dir: str | None = None,
 ) -> tuple[Mapping[str, Handler], Callable[[], dict]]:
@@ -193,6 +211,7 @@ def handlers_for(
     the default state directory. This is the worker's entry into the runner: it tells the
     runtime plugin that this process is the worker, so the plugin does not forward again."""
     plugin.mark_worker_process()
+    _agent_umask(os.environ.get(UMASK_ENV))
     policy = policy if policy is not None else (os.environ.get(POLICY_ENV) or None)
     workspace = gate.open_workspace(root, policy_path=policy, state_dir=state_dir)
     backends, failed = gate.backends(workspace)
