@@ -115,14 +115,11 @@ def score(query: Query, path: str) -> tuple[int, list[int]] | None:
 def ranked(query: Query, path: str, name: str, is_dir: bool) -> tuple[int, list[int]] | None:
     """Codex's score of an entry, file tiers included, and its indices in ``path``; None: no
     match. (A directory's tier goes to one directory only: see ``ranking``.)"""
-    found = score(query, path)
-    if found is None:
-        return None
     if not is_dir:
         tiered = file_tier(query, path, name)
         if tiered is not None:
-            return tiered
-    return found
+            return tiered  # the name matches, so the path (which ends with it) does too
+    return score(query, path)
 
 
 def file_tier(query: Query, path: str, name: str) -> tuple[int, list[int]] | None:
