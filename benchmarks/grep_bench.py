@@ -107,7 +107,7 @@ async def run(root: str, state: str, rounds: int) -> dict:
     return times
 
 
-async def small_latency(base: str, calls: int = 200) -> tuple[float, float]:
+async def small_latency(base: str, calls: int = 200) -> tuple[float, float, float]:
     root = os.path.join(base, "small")
     os.makedirs(root)
     for i in range(20):
@@ -119,7 +119,10 @@ async def small_latency(base: str, calls: int = 200) -> tuple[float, float]:
         for _ in range(calls):
             samples.append(await time_mcp(client, {"pattern": "needle"}))
     samples.sort()
-    return statistics.median(samples) * 1000, samples[int(len(samples) * 0.9)] * 1000
+    argv = [rg_binary(), *build_argv(GrepArgs(pattern="needle", path=root), [], single_file=False)]
+    direct = sorted(time_rg(argv, root) for _ in range(calls))
+    return (statistics.median(samples) * 1000, samples[int(len(samples) * 0.9)] * 1000,
+            statistics.median(direct) * 1000)
 
 
 def main() -> None:
@@ -141,8 +144,9 @@ def main() -> None:
                 rg, ours, mcp = at[(name, "rg")], at[(name, "grep")], at[(name, "grep over MCP")]
                 print(f"{name:<26} {rg:8.3f} {at[(name, 'rg (plain)')]:9.3f} {ours:8.3f} "
                       f"{ours / rg:6.2f} {mcp:8.3f} {mcp / rg:6.2f}")
-        p50, p90 = anyio.run(small_latency, base)
-        print(f"MCP round trip, 20-file tree, 200 calls: p50 {p50:.2f} ms, p90 {p90:.2f} ms")
+        p50, p90, rg50 = anyio.run(small_latency, base)
+        print(f"MCP round trip, 20-file tree, 200 calls: p50 {p50:.2f} ms, p90 {p90:.2f} ms "
+              f"(rg alone, same argv: p50 {rg50:.2f} ms)")
     finally:
         shutil.rmtree(base, ignore_errors=True)
     sys.stdout.flush()
