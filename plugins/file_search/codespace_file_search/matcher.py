@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .matcher_chars import (
     BONUS_BOUNDARY, BONUS_BOUNDARY_WHITE, BONUS_CONSECUTIVE, INITIAL_CLASS, PENALTY_GAP_EXTENSION,
-    PENALTY_GAP_START, SCORE_MATCH, Hay, _BONUS,
+    PENALTY_GAP_START, SCORE_MATCH, Hay, BONUS_TABLE,
 )
 
 Match = tuple[int, list[int]]
@@ -27,7 +27,7 @@ def run_score(hay: Hay, h: str, n: str, start: int, end: int) -> Match:
     classes = hay.classes
     prev = classes[start - 1] if start else INITIAL_CLASS
     cls = classes[start]
-    first = _BONUS[prev][cls]
+    first = BONUS_TABLE[prev][cls]
     prev = cls
     score = SCORE_MATCH + 2 * first
     indices = [start]
@@ -39,7 +39,7 @@ def run_score(hay: Hay, h: str, n: str, start: int, end: int) -> Match:
         cls = classes[i]
         if h[i] == want:
             indices.append(i)
-            b = _BONUS[prev][cls]
+            b = BONUS_TABLE[prev][cls]
             if consecutive:
                 if b >= BONUS_BOUNDARY and b > first:
                     first = b
@@ -59,7 +59,7 @@ def run_score(hay: Hay, h: str, n: str, start: int, end: int) -> Match:
 
 
 def _bonus_at(classes, at: int) -> int:  # noqa: ANN001 - bytes or list
-    return _BONUS[classes[at - 1] if at else INITIAL_CLASS][classes[at]]
+    return BONUS_TABLE[classes[at - 1] if at else INITIAL_CLASS][classes[at]]
 
 
 def _exact_range(hay: Hay, h: str, n: str, n_ascii: bool, start: int, end: int) -> Match | None:
@@ -92,7 +92,7 @@ def _one_unicode(hay: Hay, h: str, c: str) -> Match | None:
     at = start
     while at >= 0:
         cls = classes[at]
-        b = _BONUS[prev][cls]
+        b = BONUS_TABLE[prev][cls]
         prev = cls
         if SCORE_MATCH + 2 * b > best:
             best, pos = SCORE_MATCH + 2 * b, at
@@ -315,7 +315,7 @@ def _substring_unicode(hay: Hay, h: str, n: str) -> int | None:
     at = h.find(n[0], start, width - size)
     while at >= 0:
         cls = classes[at]
-        b = _BONUS[prev][cls]
+        b = BONUS_TABLE[prev][cls]
         prev = cls
         if SCORE_MATCH + 2 * b > best and h.startswith(n[1:], at + 1):
             best, pos = SCORE_MATCH + 2 * b, at

@@ -119,7 +119,7 @@ def bonus_for(prev: int, cls: int) -> int:
     return 0
 
 
-_BONUS = [[bonus_for(p, c) for c in range(7)] for p in range(7)]
+BONUS_TABLE = [[bonus_for(p, c) for c in range(7)] for p in range(7)]
 
 
 _CLASS_BYTES = bytes(_ASCII_CLASS) + bytes(128)
@@ -141,7 +141,7 @@ class Hay:
     def bonus(self) -> list[int]:
         if self._bonus is None:
             classes = self.classes
-            rows = _BONUS
+            rows = BONUS_TABLE
             self._bonus = [rows[p][c] for p, c in zip((INITIAL_CLASS, *classes), classes)]
         return self._bonus
 
