@@ -126,6 +126,12 @@ class Collector:
             raw = self.single_name
         self._file = _File(raw[2:] if raw.startswith(b"./") else raw)
         self._skipping = self._skip(self._file)
+        if self._skipping == "after":
+            self._file.cut = True  # rg begins a file only for a match: one is left off the page
+
+    def skipping(self) -> bool:
+        """Whether the records up to the current file's end can go unread."""
+        return self._skipping is not None
 
     def oversize(self) -> None:
         if len(self.skipped) < MAX_SKIPPED:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 MAX_RECORD = 4 * 1024 * 1024
 _CHUNK = 1 << 20
 _F_SETPIPE_SZ = 1031
+_END = b'\n{"type":"end"'
 _MAX_ERRORS = 50
 
 
@@ -62,12 +63,14 @@ class RgRun:
             if len(self.failure) < _MAX_ERRORS:
                 self.failure.append(line.rstrip(b"\n")[:2000])
 
-    def records(self, on_oversize: Callable[[], None]) -> Iterator[bytes]:
-        """rg's stdout, one JSON line at a time; raises :class:`Stopped`."""
+    def records(self, on_oversize: Callable[[], None], skipping: Callable[[], bool]) -> Iterator[bytes]:
+        """rg's stdout, one JSON line at a time; raises :class:`Stopped`. After a record for
+        which ``skipping()`` is true, the records up to the file's ``end`` are passed over
+        unread: one search of the buffer instead of a line each."""
         fd = self.proc.stdout.fileno()
         _grow_pipe(fd)
-        pending = b""
-        dropping = False
+        buf = b""
+        dropping = skip = False
         while True:
             self._check_stop()
             ready, _, _ = select.select([fd], [], [], 0.05)
@@ -81,13 +84,25 @@ class RgRun:
                 if newline < 0:
                     continue
                 dropping, chunk = False, chunk[newline + 1:]
-            lines = chunk.split(b"\n")
-            if pending:
-                lines[0] = pending + lines[0]
-            pending = lines.pop()
-            yield from lines
-            if len(pending) > self.max_record:
-                pending, dropping = b"", True
+            buf = buf + chunk if buf else chunk
+            pos = 0
+            while True:
+                if skip:
+                    # A record never holds a raw newline (JSON escapes it), so this is the next end.
+                    at = buf.find(_END, max(pos - 1, 0))
+                    if at < 0:
+                        pos = max(pos, len(buf) - len(_END) + 1)
+                        break
+                    pos, skip = at + 1, False
+                newline = buf.find(b"\n", pos)
+                if newline < 0:
+                    break
+                yield buf[pos:newline]
+                pos = newline + 1
+                skip = skipping()
+            buf = buf[pos:]
+            if not skip and len(buf) > self.max_record:
+                buf, dropping = b"", True
                 on_oversize()
 
     def _check_stop(self) -> None:
