@@ -196,3 +196,25 @@ async def test_binary_files_that_match_are_counted_not_shown(mcp_client, ws):
     assert whole["binary_files_skipped"] == 1 and not whole["truncated"]
     # the binary file between the two pages neither shows up nor keeps the last page open
     assert _lines(second) == [("z.txt", 1, "needle last")] and not second["truncated"]
+
+
+async def test_pages_of_a_big_output_match_the_whole(mcp_client, ws):
+    """Several MiB of rg output: skipped files' records straddle read boundaries."""
+    ws.mkdir(exist_ok=True)
+    for d in range(12):
+        (ws / f"d{d}").mkdir()
+        for f in range(25):
+            (ws / f"d{d}" / f"f{f}.txt").write_text("".join(f"needle {d} {f} {i} {'x' * 120}\n" for i in range(40)))
+    async with mcp_client() as client:
+        whole = await call_ok(client, "grep", {"pattern": "needle", "max_matches": 12_000,
+                                               "max_bytes": 4 * 1024 * 1024, "max_line_chars": 50})
+        paged, cursor = [], None
+        while True:
+            page = await call_ok(client, "grep", {"pattern": "needle", "max_matches": 1500, "max_line_chars": 50,
+                                                  "max_bytes": 4 * 1024 * 1024, **({"cursor": cursor} if cursor else {})})
+            paged += page["matches"]
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                break
+    assert len(whole["matches"]) == 12_000 and not whole["truncated"]
+    assert paged == whole["matches"]
