@@ -6,7 +6,7 @@ at the end (``^x$``: the whole path), ``'`` asks for a contiguous substring; ``\
 before ``!``, ``^``, ``'`` or a final ``$`` makes it literal. Matching ignores case; an
 atom without accented Latin letters also ignores accents in paths.
 
-Tier (the score's high 16 bits), only for a query of one plain fuzzy atom: 3 for a file
+Tier (the score's high 16 bits), only for a query of one plain fuzzy atom and no backslash: 3 for a file
 whose name is the atom, 1 for a file whose name matches it (and then the score and indices
 are the name's, placed in the path), 2 for a directory whose name is the atom.
 """
@@ -50,7 +50,10 @@ class Query:
 
     @property
     def named(self) -> Atom | None:
-        """The atom names are tiered by: the only atom, when it is plain fuzzy."""
+        """The atom names are tiered by: the only atom, when it is plain fuzzy (and, as the
+        pinned binary answers, the query holds no backslash, escaped or not)."""
+        if "\\" in self.text:
+            return None
         if len(self.atoms) == 1 and self.atoms[0].kind == FUZZY and not self.atoms[0].negative:
             return self.atoms[0]
         return None

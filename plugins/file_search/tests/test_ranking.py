@@ -38,6 +38,10 @@ def _ranked(query: str, *paths: str) -> list[tuple]:
     # No tier for several atoms or an operator.
     ("ab cd", ["ab/", "ab/ab cd"], [("ab/ab cd", 115, [3, 4, 6, 7])]),
     ("main$", ["main/", "main/main"], [("main", 109, [0, 1, 2, 3]), ("main/main", 109, [5, 6, 7, 8])]),
+    # A backslash anywhere in the query, escaping or not, takes the tiers away.
+    ("\\", ["back\\slash"], [("back\\slash", 32, [4])]),
+    ("\\$", ["dollar$"], [("dollar$", 32, [6])]),
+    ("y", ["x\\y"], [("x\\y", 65568, [2])]),
     # A one-character atom in a non-ASCII path judges each occurrence against the previous
     # occurrence's class (here: no bonus for the 'r' after '.'), in the name cut from it too.
     ("r", ["Ωmegadrs/", "Ωmegadrs/foo_bar.rs"], [("Ωmegadrs/foo_bar.rs", 65552, [15]), ("Ωmegadrs", 16, [6])]),
