@@ -126,10 +126,16 @@ class _Walk:
             if ruled and self.hidden(real_pre + name):
                 continue
             try:
-                if entry.is_symlink():
+                # Most entries are plain files: one d_type test settles them.
+                if entry.is_file(follow_symlinks=False):
+                    is_dir = False
+                elif entry.is_dir(follow_symlinks=False):
+                    is_dir = True
+                elif entry.is_symlink():
                     self._link(pre + name, name, real_pre + name, depth, scopes, in_repo)
                     continue
-                is_dir = entry.is_dir(follow_symlinks=False)
+                else:
+                    is_dir = False  # a fifo, socket or device: listed as upstream lists it
             except OSError:
                 self.out.errors += 1
                 continue
