@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from codespace.contract import (
-    ListDirRequest, MakeDirRequest, MoveRequest, PatchRequest, ReadFileRequest, Refused, RemoveRequest,
+    BackendMissing, ListDirRequest, MakeDirRequest, MoveRequest, PatchRequest, ReadFileRequest, Refused, RemoveRequest,
     StatRequest, ToolError, WalkRequest, WriteFileRequest, gate,
 )
 from pydantic import ValidationError
@@ -101,15 +101,28 @@ class Judge:
         self.paths(read=read, write=write)
 
 
+class _Backend:
+    """A backend looked up at each use: a worker without codespace-fs (or -patch) still starts
+    and answers each call with the core's "install ..." error, not run (``dispatched: false``)."""
+
+    def __init__(self, get: Callable[[], Any]) -> None:
+        self._get = get
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self._get(), name)
+        except BackendMissing as exc:
+            raise NotRun(exc) from None
+
+
 def _model_handler(fs: Any, judge: Judge, method: str, spec: tuple[type, str, dict[str, str]]) -> Handler:
     model, name, needs = spec
-    call = getattr(fs, name)
 
     async def handle(params: dict, fds: list[int]) -> dict:
         _close(fds)
         request = _parse(model, params, method)
         judge.request(request, needs)
-        result = await call(request)
+        result = await getattr(fs, name)(request)
         return result.model_dump(mode="json")
 
     return handle
@@ -170,7 +183,10 @@ def _patch_handler(workspace: Any, backends: Any, judge: Judge) -> Handler:
         _close(fds)
         request = _parse(PatchRequest, params, "patch.apply")
         judge.path(request.cwd)
-        patcher, fs = backends.patcher(), backends.filesystem()
+        try:
+            patcher, fs = backends.patcher(), backends.filesystem()
+        except BackendMissing as exc:
+            raise NotRun(exc) from None
         try:
             plan = patcher.plan(request.patch, request.cwd)
         except ToolError as exc:  # it does not parse: nothing ran
@@ -215,7 +231,7 @@ def handlers_for(
     policy = policy if policy is not None else (os.environ.get(POLICY_ENV) or None)
     workspace = gate.open_workspace(root, policy_path=policy, state_dir=state_dir)
     backends, failed = gate.backends(workspace)
-    fs = backends.filesystem()  # BackendMissing here: the worker cannot serve files, say so at start
+    fs = _Backend(backends.filesystem)
     judge = Judge(workspace)
     handlers: dict[str, Handler] = {m: _model_handler(fs, judge, m, spec) for m, spec in _MODEL_METHODS.items()}
     handlers.update(_raw_handlers(fs, judge))

@@ -11,13 +11,17 @@ import time
 from pathlib import Path
 
 import anyio
+import importlib.util
+
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from codespace.testing import call_error, call_ok, connect, server_pids
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.skipif(
+    importlib.util.find_spec("codespace_fs") is None or importlib.util.find_spec("codespace_patch") is None,
+    reason="the worker serves codespace-fs and codespace-patch, which this environment lacks")]
 CHILD = '[runtime]\nworker = "child"\n'
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import importlib.util
 import json
 
 import pytest
@@ -66,6 +67,7 @@ def test_an_unreadable_error_says_so():
     assert isinstance(back, ToolError) and back.code == "worker_protocol" and "cannot read" in back.message
 
 
+@pytest.mark.skipif(importlib.util.find_spec("codespace_fs") is None, reason="needs codespace-fs")
 async def test_remote_raw_calls_match_the_in_process_backend(make_app, ws):
     (ws / "a.txt").write_bytes(b"abc\n")
     app = make_app(policy='[runtime]\nworker = "child"\n')

@@ -8,13 +8,17 @@ import hashlib
 import os
 import subprocess
 
+import importlib.util
+
 import pytest
 from .conftest import Worker, make_token, stop_worker, wait_for_socket, worker_argv
 
 from codespace_runtime import sockets
 from codespace_runtime.client import WorkerCallError, WorkerClient
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.skipif(
+    importlib.util.find_spec("codespace_fs") is None or importlib.util.find_spec("codespace_patch") is None,
+    reason="the worker serves codespace-fs and codespace-patch, which this environment lacks")]
 POLICY = '[filesystem]\npaths = { "secret" = "none", "vendor" = "read" }\n'
 
 
