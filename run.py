@@ -3,12 +3,15 @@
 
     python3 run.py serve [codespace serve options]   # serve the current directory over stdio
     python3 run.py test  [pytest options]            # the whole test suite (core, then each plugin)
+    python3 run.py prepare [workspace options]       # install, then make the first start answer at once
     python3 run.py codespace <command> ...           # any other codespace command
 
 The first run creates ``.venv`` next to this file and installs the core and every
 plugin under ``plugins/`` into it (editable); later runs reuse it until a
-``pyproject.toml`` changes. Everything the bootstrap prints goes to stderr, so
-``serve`` keeps stdout clean for the MCP protocol.
+``pyproject.toml`` changes; after an install, ``serve`` first runs ``codespace
+prepare`` (the start that builds the tool listing, about two seconds), so that
+the client's session is answered at once. Everything the bootstrap prints goes to
+stderr, so ``serve`` keeps stdout clean for the MCP protocol.
 """
 
 from __future__ import annotations
@@ -43,10 +46,11 @@ def _to_stderr(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, stdout=sys.stderr, stderr=sys.stderr)
 
 
-def ensure_venv() -> Path:
+def ensure_venv() -> tuple[Path, bool]:
+    """The venv's python, and whether it was (re)installed just now."""
     fingerprint = _fingerprint()
     if STAMP.exists() and STAMP.read_text() == fingerprint and _python().exists():
-        return _python()
+        return _python(), False
     print(f"run.py: preparing {VENV} (first run or a pyproject.toml changed)...", file=sys.stderr)
     if not _python().exists():
         _to_stderr([sys.executable, "-m", "venv", str(VENV)])
@@ -56,7 +60,20 @@ def ensure_venv() -> Path:
         targets += ["-e", str(plugin)]
     _to_stderr([*pip, *targets])
     STAMP.write_text(fingerprint)
-    return _python()
+    return _python(), True
+
+
+WORKSPACE_OPTIONS = ("--workspace", "-w", "--policy", "--state-dir")
+
+
+def workspace_options(args: list[str]) -> list[str]:
+    """The workspace options among ``serve``'s arguments (``--x v`` and ``--x=v``)."""
+    picked = []
+    for i, arg in enumerate(args):
+        name = arg.split("=", 1)[0]
+        if name in WORKSPACE_OPTIONS:
+            picked += [arg] if "=" in arg else args[i:i + 2]
+    return picked
 
 
 def run_tests(python: Path, extra: list[str]) -> int:
@@ -83,17 +100,22 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
-    python = ensure_venv()
+    python, fresh = ensure_venv()
+    codespace = VENV / "bin" / "codespace"
     if command == "test":
         return run_tests(python, rest)
+    if command == "prepare" or (command == "serve" and fresh):
+        # The tool listing is built once here, so the client's first tools/list is not kept waiting.
+        code = subprocess.run([str(codespace), "prepare", *workspace_options(rest)], stdout=sys.stderr).returncode
+        if command == "prepare":
+            return code
     if command == "serve":
         args = ["serve", *rest]
     elif command == "codespace":
         args = rest
     else:
-        print(f"run.py: unknown command {command!r}; use serve, test or codespace", file=sys.stderr)
+        print(f"run.py: unknown command {command!r}; use serve, prepare, test or codespace", file=sys.stderr)
         return 2
-    codespace = VENV / "bin" / "codespace"
     os.execv(codespace, [str(codespace), *args])
 
 

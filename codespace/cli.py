@@ -57,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
         if name == "pins":
             _pins_check_parser(p)
 
+    prepare = sub.add_parser("prepare", help="make the next start answer tools/list at once (after an install "
+                                          "or a policy change)")
+    _workspace_options(prepare)
+    sub.add_parser("worker", help="the hardened worker (codespace-runtime): start, stop, status, serve",
+                   add_help=False, prefix_chars="\0").add_argument("worker_args", nargs=argparse.REMAINDER)
+
     ops = sub.add_parser("ops", help="inspect the operation store")
     ops_sub = ops.add_subparsers(dest="ops_command", required=True)
     ops_list = ops_sub.add_parser("list", help="recent operations, newest first")
@@ -240,6 +246,25 @@ def _ops(args: argparse.Namespace) -> int:
         store.close_sync()
 
 
+def _prepare(args: argparse.Namespace) -> int:
+    from .prepare import prepare
+
+    return prepare(args.workspace, args.policy, args.state_dir)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """``codespace worker ...`` is the runtime plugin's ``codespace-worker ...``."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group="console_scripts", name="codespace-worker")
+    if not found:
+        print("codespace worker: no plugin provides the hardened worker; install codespace-runtime "
+              "(pip install ./plugins/runtime from the CodeSpace repository)", file=sys.stderr)
+        return 2
+    sys.argv[0] = "codespace worker"
+    return next(iter(found)).load()(args.worker_args)
+
+
 def _unwrap(exc: BaseException) -> BaseException:
     """The one real error inside task groups' exception groups (serve runs in task groups)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
@@ -250,7 +275,8 @@ def _unwrap(exc: BaseException) -> BaseException:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.log_level)
-    handlers = {"serve": _serve, "plugins": _plugins, "pins": _pins, "doctor": _doctor, "ops": _ops}
+    handlers = {"serve": _serve, "plugins": _plugins, "pins": _pins, "doctor": _doctor, "ops": _ops,
+                "prepare": _prepare, "worker": _worker}
     try:
         code = handlers[args.command](args)
         if args.command != "serve":

@@ -12,32 +12,44 @@ import anyio.to_thread
 T = TypeVar("T")
 
 
-async def run_cancellable(fn: Callable[[threading.Event], T]) -> T:
+class CancelToken(threading.Event):
+    """What ``run_cancellable`` hands its function: set when the call is cancelled.
+
+    A function that changes something calls :meth:`commit` at its point of no return
+    (just before the rename, say): from there on it finishes its work even when the
+    token is set, and its result is reported as the outcome, not the cancellation,
+    so that the caller's record says the change was made."""
+
+    committed = False
+
+    def commit(self) -> None:
+        self.committed = True
+
+
+async def run_cancellable(fn: Callable[[CancelToken], T]) -> T:
     """Run ``fn(cancel)`` on a worker thread.
 
     When the calling task is cancelled (the client cancelled the request, or the
     server is shutting down), ``cancel`` is set and the caller waits, shielded,
     until ``fn`` has returned: the work has stopped before the cancellation is
     reported, instead of running on unseen. ``fn`` should poll ``cancel.is_set()``
-    between units of work and raise when it stops early.
-
-    If ``fn`` finished its work all the same (the cancel came after its last check),
-    its result is returned, not the cancellation: the change was made, and the
-    caller must be able to record that. The caller's scope stays cancelled, so its
-    next checkpoint raises. A cancel that arrives before ``fn`` started means it
-    never starts.
+    between units of work. The cancellation is what the caller sees, unless ``fn``
+    had passed its point of no return (:meth:`CancelToken.commit`) and returned: then
+    its result is (the caller's scope stays cancelled; its next checkpoint raises).
+    A cancel that arrives before ``fn`` started means it never starts.
     """
-    cancel = threading.Event()
+    cancel = CancelToken()
     done = threading.Event()
     lock = threading.Lock()
-    state = {"started": False}
+    started = False
     outcome: list[T] = []
 
     def body() -> T:
+        nonlocal started
         with lock:
             if cancel.is_set():
                 raise _NotStarted
-            state["started"] = True
+            started = True
         try:
             value = fn(cancel)
             outcome.append(value)
@@ -50,11 +62,11 @@ async def run_cancellable(fn: Callable[[threading.Event], T]) -> T:
     except anyio.get_cancelled_exc_class():
         with lock:
             cancel.set()
-            started = state["started"]
-        if started:  # else it never will: waiting for it would wait forever
+            running = started
+        if running:  # else it never will: waiting for it would wait forever
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(done.wait)
-        if outcome:
+        if outcome and cancel.committed:
             return outcome[0]
         raise
 

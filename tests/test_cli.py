@@ -11,7 +11,7 @@ import pytest
 from codespace.plugins import ENV_ALLOW
 from codespace.testing import call_error, call_ok, connect
 
-from .conftest import codespace_cmd, subprocess_env
+from .conftest import REPO, codespace_cmd, subprocess_env
 
 
 def run(*args: str, cwd=None, allow: str = "example") -> subprocess.CompletedProcess:
@@ -101,3 +101,25 @@ def test_run_py_help_exits_zero():
         assert "run.py serve" in done.stdout
     bare = subprocess.run([sys.executable, str(REPO / "run.py")], capture_output=True, text=True, timeout=60)
     assert bare.returncode == 2 and "run.py serve" in bare.stderr
+
+
+def test_worker_subcommand_is_the_runtime_plugins_cli(ws):
+    """`codespace worker ...` hands every argument to codespace-runtime's worker CLI."""
+    from importlib.metadata import entry_points
+
+    if not entry_points(group="console_scripts", name="codespace-worker"):
+        pytest.skip("codespace-runtime is not installed")
+    done = subprocess.run([*codespace_cmd(), "worker", "status", "--workspace", str(ws)], capture_output=True,
+                          text=True, timeout=60, env=subprocess_env())
+    assert done.returncode == 3, done.stderr  # not running
+    assert "not running" in done.stdout + done.stderr
+
+
+def test_run_py_workspace_options_are_passed_to_prepare():
+    sys.path.insert(0, str(REPO))
+    try:
+        import run
+    finally:
+        sys.path.pop(0)
+    assert run.workspace_options(["--transport", "http", "-w", "/x", "--policy=/p", "--port", "1",
+                                  "--state-dir", "/s"]) == ["-w", "/x", "--policy=/p", "--state-dir", "/s"]

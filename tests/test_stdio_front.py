@@ -326,3 +326,23 @@ def test_a_new_workspace_with_the_same_policy_starts_warm(tmp_path):
     third = serve_lines(tmp_path, "three", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
     assert re.search(rb"\| +mcp\b", third.stderr), "a workspace with its own policy must not reuse the listing"
     assert "tally" not in [t["name"] for t in json.loads(replies(third)[2])["result"]["tools"]]
+
+
+def test_prepare_makes_the_first_start_warm(tmp_path):
+    """`codespace prepare` (after an install or a policy change) runs the cold start itself, so
+    the client's first start answers tools/list from the kept listing, without the SDK."""
+    shared = tmp_path / "xdg"
+    here = tmp_path / "cwd"
+    here.mkdir()
+    ws = tmp_path / "ws-prepared"
+    ws.mkdir()
+    # The same CODESPACE_* environment as the server below (serve_lines sets these): it keys the listing.
+    env = subprocess_env(**{ENV_ALLOW: "example", "CODESPACE_DIRECT_CALLS": "1", "XDG_STATE_HOME": str(shared)})
+    done = subprocess.run([*codespace_cmd(), "prepare", "--workspace", str(ws)], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=here)
+    assert done.returncode == 0, done.stderr
+    assert "tools listed" in done.stderr and "tally" in done.stderr
+    session = [INIT, INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    first = serve_lines(tmp_path, "prepared", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
+    assert "tally" in [t["name"] for t in json.loads(replies(first)[2])["result"]["tools"]]
+    assert not re.search(rb"\| +mcp\b", first.stderr), "the prepared start should have been warm"

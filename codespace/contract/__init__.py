@@ -57,7 +57,7 @@ _EXPORTS = {
     "OracleUnavailable": ".pins", "codex_binary": ".pins",
     "UpstreamRpc": ".upstream_rpc", "UpstreamRpcError": ".upstream_rpc", "UpstreamRpcClosed": ".upstream_rpc", "file_uri": ".upstream_rpc",
     # running blocking work and descriptors without blocking the server
-    "run_cancellable": "codespace.threads",
+    "run_cancellable": "codespace.threads", "CancelToken": "codespace.threads",
     "read_some": "codespace.fdio", "write_all": "codespace.fdio", "wait_exit": "codespace.fdio",
     "signal_group": "codespace.fdio", "arm_parent_death_signal": "codespace.fdio",
 }

@@ -64,6 +64,8 @@ def move(conf: Confinement, request: MoveRequest, cancel: threading.Event | None
                     path=source, errno=errno.EINVAL,
                 )
             check_tree(conf, src.fd, src_name, (src.path, dst.path), "move", cancel)
+        if cancel is not None and hasattr(cancel, "commit"):
+            cancel.commit()  # the rename below is the move: from here a cancel must not hide that it happened
         try:
             if request.overwrite:
                 os.rename(src_name, dst_name, src_dir_fd=src.fd, dst_dir_fd=dst.fd)
