@@ -4,7 +4,7 @@ that starts the child worker with the server and stops it at shutdown, and docto
 The core decides whether a worker is used (``[runtime] worker``) and asks ``codespace_runner``
 only when it is; this plugin implements the mode it is told. In the worker process itself the
 worker's entry (:func:`codespace_runtime.runner.handlers_for`) calls
-:func:`mark_worker_process` first, and the runner hook then answers None: there, the plugin is
+:func:`codespace_runtime.role.mark_worker_process` first, and the runner hook then answers None: there, the plugin is
 the runner and must not forward again.
 """
 
@@ -16,26 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 from codespace import hookimpl
 
+from .role import in_worker_process
+
 if TYPE_CHECKING:
     from codespace.contract import Backends, Check, WorkspaceView
 
 log = logging.getLogger(__name__)
-_in_worker = False
-
-
-def mark_worker_process() -> None:
-    """Called by the worker's entry: this process performs the side effects itself."""
-    global _in_worker
-    _in_worker = True
-
-
-def in_worker_process() -> bool:
-    return _in_worker
 
 
 @hookimpl
 def codespace_runner(workspace: WorkspaceView, local: Backends) -> Any:
-    if _in_worker:
+    if in_worker_process():
         return None
     from .lifecycle import ChildWorker, DaemonAttachment
     from .remote import RemoteBackends
@@ -64,7 +55,7 @@ def _worker_of(backends: Backends) -> Any:
 def codespace_services(workspace: WorkspaceView, backends: Backends, store: Any) -> list | None:
     """Start the worker with the server (so the first call does not wait for it) and stop it
     when the server shuts down."""
-    if _in_worker:
+    if in_worker_process():
         return None
     worker = _worker_of(backends)
     if worker is None:

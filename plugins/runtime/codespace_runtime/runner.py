@@ -23,7 +23,7 @@ from codespace.contract import (
 )
 from pydantic import ValidationError
 
-from . import plugin
+from .role import mark_worker_process
 from .errors_wire import NotRun
 
 Handler = Callable[[dict, list[int]], Awaitable[dict]]
@@ -226,7 +226,7 @@ def handlers_for(
     workspace's ``.codespace/policy.toml``); ``state_dir``: default ``$CODESPACE_STATE_DIR`` or
     the default state directory. This is the worker's entry into the runner: it tells the
     runtime plugin that this process is the worker, so the plugin does not forward again."""
-    plugin.mark_worker_process()
+    mark_worker_process()
     _agent_umask(os.environ.get(UMASK_ENV))
     policy = policy if policy is not None else (os.environ.get(POLICY_ENV) or None)
     workspace = gate.open_workspace(root, policy_path=policy, state_dir=state_dir)
