@@ -147,3 +147,67 @@ def codex_binary(version: str, *, fetch: bool = True, log: Callable[[str], None]
     if found != expected:
         raise OracleUnavailable(f"{binary} reports {found!r}, expected {expected!r}")
     return binary
+
+
+def pin_check_command_line(check: PinCheck, argv: list[str] | None = None, *, doc: str | None = None,
+                 cases_help: str = "generated cases (default: the check's own)") -> int:
+    """The ``pin_check.py`` of a plugin: run ``check`` once from the command line.
+
+    ``--ci``, ``--release rust-vX.Y.Z`` (default: the release the plugin's package declares),
+    ``--cases``, ``--seed``, ``--no-fetch``. The report goes to stdout, progress to stderr;
+    exit 0 when the check agrees, 1 on an unlisted difference, 2 when it could not run.
+    ``codespace pins check --plugin <distribution>`` runs the same check among the others."""
+    import argparse
+    import sys
+    from collections import Counter
+
+    pinned = _declared_release(check.plugin)
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ci", action="store_true", help="fixed seed and a bounded case count")
+    parser.add_argument("--release", default=pinned, help=f"upstream tag to check against (default {pinned})")
+    parser.add_argument("--cases", type=int, default=None, help=cases_help)
+    parser.add_argument("--seed", type=int, default=None, help="seed of the generated cases")
+    parser.add_argument("--no-fetch", action="store_true", help="fail instead of downloading the binary")
+    args = parser.parse_args(argv)
+    if not args.release or not args.release.startswith("rust-v"):
+        parser.error(f"--release must be an upstream tag like rust-v0.171.0, not {args.release!r}")
+    if args.cases is not None and args.cases < 0:
+        parser.error("--cases must be 0 or more")
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    try:
+        codex = codex_binary(args.release.removeprefix("rust-v"), fetch=not args.no_fetch, log=say)
+    except OracleUnavailable as exc:
+        print(f"{check.plugin} {check.component} {args.release}: could not run: {exc}")
+        return 2
+    report = check.run(PinCheckRequest(args.release, codex, ci=args.ci, seed=args.seed, cases=args.cases, log=say))
+    verdict = "agrees" if report.agrees else ("could not run" if report.unavailable else "DIFFERS")
+    listed = Counter(d.listed for d in report.differences if d.listed)
+    print(f"{report.plugin} {report.component} {report.release}: {verdict} ({report.cases} cases, "
+          f"{sum(listed.values())} listed, {len(report.unlisted)} unlisted)")
+    if report.unavailable:
+        print(f"  unavailable: {report.unavailable}")
+    for difference in report.unlisted:
+        print(f"  UNLISTED {difference.case}: {difference.detail}")
+    for reason, count in listed.items():
+        print(f"  listed   {count:4d} x {reason}")
+    for note in report.notes:
+        print(f"  note: {note}")
+    return 0 if report.agrees else (2 if report.unavailable else 1)
+
+
+def _declared_release(distribution: str) -> str | None:
+    """The release the installed distribution's ``upstream`` project URL names (``rust-vX.Y.Z``)."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        urls = metadata(distribution).get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return None
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip() == "upstream" and "/tree/" in url:
+            return url.strip().rsplit("/tree/", 1)[1].split("/")[0]
+    return None
