@@ -80,6 +80,13 @@ def codespace_services(workspace: WorkspaceView, backends: Backends, store: Any)
 
 
 @hookimpl
+def codespace_pin_checks() -> list:
+    from .pin_check import checks  # the check's modules load only for `codespace pins check`
+
+    return checks()
+
+
+@hookimpl
 def codespace_doctor(workspace: WorkspaceView) -> list[Check]:
     from codespace.contract import Check
 
