@@ -55,6 +55,7 @@ _EXPORTS = {
     # pin checks: conformance with the pinned upstream release (codespace pins check)
     "PinCheck": ".pins", "PinCheckRequest": ".pins", "PinReport": ".pins", "PinDifference": ".pins",
     "OracleUnavailable": ".pins", "codex_binary": ".pins", "pin_check_command_line": ".pins",
+    "compare_pin_surface": ".pins",
     "UpstreamRpc": ".upstream_rpc", "UpstreamRpcError": ".upstream_rpc", "UpstreamRpcClosed": ".upstream_rpc", "file_uri": ".upstream_rpc",
     # running blocking work and descriptors without blocking the server
     "run_cancellable": "codespace.threads", "CancelToken": "codespace.threads",

@@ -99,6 +99,27 @@ class PinCheck:
     """Compare; never raise for a difference (report it), raise or set ``unavailable`` when unable."""
 
 
+def compare_pin_surface(offered: list[str], known: dict[str, tuple[str, str]], report: PinReport,
+                    *, table_release: str = "rust-v0.171.0") -> None:
+    """Compare the command-line surface a binary offers (subcommands, options: ``offered``) with a
+    plugin's table of it (``known``: item -> (``"listed"``, why ours does not offer it) or
+    (anything else, what ours has instead), as at ``table_release``). An item the table does not
+    know, or one it knows that the binary no longer offers, is an unlisted difference: a pin update
+    that adds or removes a subcommand shows."""
+    for item in offered:
+        report.cases += 1
+        if item not in known:
+            report.differences.append(PinDifference(f"surface: {item}", "upstream offers it; the plugin's surface "
+                                                    "table does not know it"))
+        elif known[item][0] == "listed":
+            report.differences.append(PinDifference(f"surface: {item}", "upstream offers it, ours does not",
+                                                    listed=known[item][1]))
+    for item in sorted(set(known) - set(offered)):
+        report.cases += 1
+        report.differences.append(PinDifference(f"surface: {item}", "this binary does not offer it; the plugin's "
+                                                f"surface table records it (as at {table_release})"))
+
+
 def _cache_root() -> Path:
     base = os.environ.get("CODESPACE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "codespace")
     return Path(base)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from codespace.contract import compare_pin_surface
 from codespace.contract import PinCheck, PinCheckRequest, PinDifference, PinReport
 
 from . import pin_argv, pin_listed, pin_sides, pin_surface, pin_trace
@@ -32,19 +33,7 @@ PROXY_NOTE = ("proxy rules not compared: the binary has no command that shows it
 
 
 def compare_surface(items: list[str], report: PinReport) -> None:
-    known = pin_listed.SURFACE
-    for item in items:
-        report.cases += 1
-        if item not in known:
-            report.differences.append(PinDifference(f"surface: {item}", "upstream offers it; the plugin's surface "
-                                                    "table (pin_listed.SURFACE) does not know it"))
-        elif known[item][0] == "listed":
-            report.differences.append(PinDifference(f"surface: {item}", "upstream offers it, ours does not",
-                                                    listed=known[item][1]))
-    for item in sorted(set(known) - set(items)):
-        report.cases += 1
-        report.differences.append(PinDifference(f"surface: {item}", "this binary does not offer it; the plugin's "
-                                                "surface table records it (as at rust-v0.171.0)"))
+    compare_pin_surface(items, pin_listed.SURFACE, report)
 
 
 def compare_probes(engine: str, policy: str, ours: dict[str, str], theirs: dict[str, str],

@@ -17,6 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
+from codespace.contract import compare_pin_surface
 from codespace.contract import PinCheck, PinCheckRequest, PinDifference, PinReport
 
 from . import pin_hardening, pin_listed, pin_surface, pin_uds
@@ -34,19 +35,7 @@ DIR_RESET_NOTE = ("codex-uds resets an existing socket directory to 0700 (source
 
 
 def compare_surface(items: list[str], report: PinReport) -> None:
-    known = pin_listed.SURFACE
-    for item in items:
-        report.cases += 1
-        if item not in known:
-            report.differences.append(PinDifference(f"surface: {item}", "upstream offers it; the plugin's surface "
-                                                    "table (pin_listed.SURFACE) does not know it"))
-        elif known[item][0] == "listed":
-            report.differences.append(PinDifference(f"surface: {item}", "upstream offers it, ours does not",
-                                                    listed=known[item][1]))
-    for item in sorted(set(known) - set(items)):
-        report.cases += 1
-        report.differences.append(PinDifference(f"surface: {item}", "this binary does not offer it; the plugin's "
-                                                "surface table records it (as at rust-v0.171.0)"))
+    compare_pin_surface(items, pin_listed.SURFACE, report)
 
 
 def compare_socket_case(name: str, ours: pin_uds.Outcome, theirs: pin_uds.Outcome, report: PinReport) -> None:
