@@ -170,25 +170,31 @@ def codex_binary(version: str, *, fetch: bool = True, log: Callable[[str], None]
     return binary
 
 
-def pin_check_command_line(check: PinCheck, argv: list[str] | None = None, *, doc: str | None = None,
-                 cases_help: str = "generated cases (default: the check's own)") -> int:
-    """The ``pin_check.py`` of a plugin: run ``check`` once from the command line.
+def pin_check_command_line(checks: PinCheck | list[PinCheck], argv: list[str] | None = None, *,
+                           doc: str | None = None, cases_help: str = "generated cases (default: the check's own)") -> int:
+    """The ``pin_check.py`` of a plugin: run its check(s) once from the command line.
 
     ``--ci``, ``--release rust-vX.Y.Z`` (default: the release the plugin's package declares),
-    ``--cases``, ``--seed``, ``--no-fetch``. The report goes to stdout, progress to stderr;
-    exit 0 when the check agrees, 1 on an unlisted difference, 2 when it could not run.
-    ``codespace pins check --plugin <distribution>`` runs the same check among the others."""
+    ``--cases``, ``--seed``, ``--no-fetch``, and ``--component`` when there are several checks.
+    Reports go to stdout, progress to stderr; exit 0 when every check agrees, 1 on an unlisted
+    difference, 2 when one could not run. ``codespace pins check --plugin <distribution>`` runs the
+    same checks among the other plugins'."""
     import argparse
     import sys
     from collections import Counter
 
-    pinned = _declared_release(check.plugin)
+    checks = [checks] if isinstance(checks, PinCheck) else list(checks)
+    by_component = {check.component: check for check in checks}
+    pinned = _declared_release(checks[0].plugin)
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ci", action="store_true", help="fixed seed and a bounded case count")
     parser.add_argument("--release", default=pinned, help=f"upstream tag to check against (default {pinned})")
     parser.add_argument("--cases", type=int, default=None, help=cases_help)
     parser.add_argument("--seed", type=int, default=None, help="seed of the generated cases")
     parser.add_argument("--no-fetch", action="store_true", help="fail instead of downloading the binary")
+    if len(checks) > 1:
+        parser.add_argument("--component", choices=sorted(by_component), action="append",
+                            help="check only this component (repeatable; default: all)")
     args = parser.parse_args(argv)
     if not args.release or not args.release.startswith("rust-v"):
         parser.error(f"--release must be an upstream tag like rust-v0.171.0, not {args.release!r}")
@@ -201,22 +207,26 @@ def pin_check_command_line(check: PinCheck, argv: list[str] | None = None, *, do
     try:
         codex = codex_binary(args.release.removeprefix("rust-v"), fetch=not args.no_fetch, log=say)
     except OracleUnavailable as exc:
-        print(f"{check.plugin} {check.component} {args.release}: could not run: {exc}")
+        print(f"{checks[0].plugin} {args.release}: could not run: {exc}")
         return 2
-    report = check.run(PinCheckRequest(args.release, codex, ci=args.ci, seed=args.seed, cases=args.cases, log=say))
-    verdict = "agrees" if report.agrees else ("could not run" if report.unavailable else "DIFFERS")
-    listed = Counter(d.listed for d in report.differences if d.listed)
-    print(f"{report.plugin} {report.component} {report.release}: {verdict} ({report.cases} cases, "
-          f"{sum(listed.values())} listed, {len(report.unlisted)} unlisted)")
-    if report.unavailable:
-        print(f"  unavailable: {report.unavailable}")
-    for difference in report.unlisted:
-        print(f"  UNLISTED {difference.case}: {difference.detail}")
-    for reason, count in listed.items():
-        print(f"  listed   {count:4d} x {reason}")
-    for note in report.notes:
-        print(f"  note: {note}")
-    return 0 if report.agrees else (2 if report.unavailable else 1)
+    request = PinCheckRequest(args.release, codex, ci=args.ci, seed=args.seed, cases=args.cases, log=say)
+    worst = 0
+    for component in getattr(args, "component", None) or list(by_component):
+        report = by_component[component].run(request)
+        verdict = "agrees" if report.agrees else ("could not run" if report.unavailable else "DIFFERS")
+        listed = Counter(d.listed for d in report.differences if d.listed)
+        print(f"{report.plugin} {report.component} {report.release}: {verdict} ({report.cases} cases, "
+              f"{sum(listed.values())} listed, {len(report.unlisted)} unlisted)")
+        if report.unavailable:
+            print(f"  unavailable: {report.unavailable}")
+        for difference in report.unlisted:
+            print(f"  UNLISTED {difference.case}: {difference.detail}")
+        for reason, count in listed.items():
+            print(f"  listed   {count:4d} x {reason}")
+        for note in report.notes:
+            print(f"  note: {note}")
+        worst = max(worst, 0 if report.agrees else (2 if report.unavailable else 1))
+    return worst
 
 
 def _declared_release(distribution: str) -> str | None:
