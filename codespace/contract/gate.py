@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..policy.paths import normalize, validate_agent_path
 from ..workspace import Workspace, WorkspaceError
@@ -158,6 +158,17 @@ class InstalledPlugin(NamedTuple):
         return loaded
 
 
+def _plugins_for(workspace: WorkspaceView, installed: Iterable[tuple[str, str]] | None) -> tuple[Any, list[str]]:
+    """The plugins a server would load for ``workspace`` (its allow and block lists, the same
+    order), and ``name: error`` for each that failed to load."""
+    from ..plugins import Plugins
+
+    policy = workspace.policy.plugins
+    discovered = None if installed is None else [InstalledPlugin(name, value) for name, value in installed]
+    plugins = Plugins.load(allow=policy.allow, block=policy.block, builtins=(), discovered=discovered)
+    return plugins, [f"{i.name}: {i.error}" for i in plugins.listing() if i.status == "failed"]
+
+
 def filesystem(
     workspace: WorkspaceView, installed: Iterable[tuple[str, str]] | None = None
 ) -> tuple[FileSystem | None, list[str]]:
@@ -165,13 +176,8 @@ def filesystem(
     same allow and block lists, the same order), or None; and ``name: error`` for each
     plugin that failed to load. ``installed``: the plugins' (name, entry point value)
     pairs when the caller knows them; None looks them up."""
-    from ..plugins import Plugins
-
-    policy = workspace.policy.plugins
-    discovered = None if installed is None else [InstalledPlugin(name, value) for name, value in installed]
-    plugins = Plugins.load(allow=policy.allow, block=policy.block, builtins=(), discovered=discovered)
-    fs, _ = plugins.filesystem(workspace)  # type: ignore[arg-type]
-    failed = [f"{i.name}: {i.error}" for i in plugins.listing() if i.status == "failed"]
+    plugins, failed = _plugins_for(workspace, installed)
+    fs, _ = plugins.filesystem(workspace)
     return fs, failed
 
 
@@ -179,15 +185,11 @@ def backends(
     workspace: WorkspaceView, installed: Iterable[tuple[str, str]] | None = None
 ) -> tuple[Backends, list[str]]:
     """The backends a server would use for ``workspace``, built in this process by the same
-    plugins (allow and block lists, order) as :func:`filesystem`; and ``name: error`` for
-    each plugin that failed to load. For a worker process that performs the server's side
-    effects: with ``[runtime] worker`` set, the runner plugin is asked too, and must answer
-    None there (the worker's entry point tells it that it is the worker)."""
+    plugins as :func:`filesystem`; and ``name: error`` for each plugin that failed to load.
+    For a worker process that performs the server's side effects: with ``[runtime] worker``
+    set, the runner plugin is asked too, and must answer None there (the worker's entry
+    point tells it that it is the worker)."""
     from ..backends import Backends as CoreBackends
-    from ..plugins import Plugins
 
-    policy = workspace.policy.plugins
-    discovered = None if installed is None else [InstalledPlugin(name, value) for name, value in installed]
-    plugins = Plugins.load(allow=policy.allow, block=policy.block, builtins=(), discovered=discovered)
-    failed = [f"{i.name}: {i.error}" for i in plugins.listing() if i.status == "failed"]
+    plugins, failed = _plugins_for(workspace, installed)
     return CoreBackends(plugins, workspace), failed  # type: ignore[arg-type]
