@@ -131,6 +131,12 @@ async function files(client) {
   await expectOk(client, "walk", { path: "." }, { text: ["src/pkg/", "notes.txt"], json: ['"path":"src/pkg"'] });
   await expectError(client, "walk", { path: "nowhere" }, ["nowhere"]);
 
+  await expectOk(client, "find_files", { query: "notes" },
+    { text: ["notes.txt"], json: ['"path":"notes.txt"', '"match_type":"file"'] });
+  await expectError(client, "find_files", { query: "notes", path: "nowhere" }, ["nowhere"]);
+  await expectOk(client, "grep", { pattern: "beta" }, { text: ["notes.txt:2:beta"], json: ['"line_number":2'] });
+  await expectError(client, "grep", { pattern: "(" }, ["not a valid regular expression", "literal"]);
+
   await expectOk(client, "move", { source: "notes.txt", destination: "src/notes.txt" }, { json: ['"overwritten":false'] });
   await expectError(client, "move", { source: "gone.txt", destination: "src/gone.txt" }, ["gone.txt"]);
 

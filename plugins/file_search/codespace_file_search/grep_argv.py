@@ -22,11 +22,12 @@ _IGNORE_FILES = (".gitignore", ".ignore", ".rgignore")
 
 def rg_binary() -> str:
     """The ``rg`` the PyPI ``ripgrep`` wheel installed beside this interpreter (the
-    environment's own scripts directory), else one on PATH."""
+    environment's own scripts directory), else where that wheel's record says it put it
+    (an interpreter outside the environment that imports its site-packages), else one on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "rg")
     if os.access(here, os.X_OK):
         return here
-    found = shutil.which("rg")
+    found = _rg_of_the_wheel() or shutil.which("rg")
     if found is None:
         raise ToolError(
             "grep needs ripgrep (rg), which is not installed. To proceed: ask the operator to install the "
@@ -34,6 +35,21 @@ def rg_binary() -> str:
             code="backend_missing",
         )
     return found
+
+
+def _rg_of_the_wheel() -> str | None:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        wheel = distribution("ripgrep")
+    except PackageNotFoundError:
+        return None
+    for file in wheel.files or ():
+        if file.name == "rg":
+            path = os.path.normpath(str(wheel.locate_file(file)))
+            if os.access(path, os.X_OK):
+                return path
+    return None
 
 
 def escape_glob(rel: str) -> str:
