@@ -69,7 +69,12 @@ def wire(ws, state):
     wire.answer(1)
     yield wire
     proc.stdin.close()
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:  # a server that will not stop must not outlive the test
+            proc.kill()
+            proc.wait()
 
 
 def _cancel_at(wire: _Wire, name: str, arguments: dict, delay_ms: int) -> None:

@@ -23,6 +23,12 @@ def workspace(tmp_path: Path):
     env = {**os.environ, "CODESPACE_STATE_DIR": str(tmp_path / "state")}
     yield root, env, tmp_path / "state" / "worker"
     subprocess.run(worker_argv("stop", "--workspace", str(root)), env=env, capture_output=True, timeout=60)
+    # A test that spoiled the token (or the stop) must not leave its daemon running after the run.
+    left = subprocess.run(worker_argv("status", "--workspace", str(root), "--json"), env=env, capture_output=True,
+                          text=True, timeout=60)
+    pid = json.loads(left.stdout or "{}").get("pid") if left.returncode == 0 else None
+    if pid:
+        os.kill(pid, signal.SIGKILL)
 
 
 def cli(env: dict, *args: str) -> subprocess.CompletedProcess:
