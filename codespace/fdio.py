@@ -54,6 +54,20 @@ def _prctl():  # noqa: ANN202
     return ctypes.CDLL(None, use_errno=True).prctl
 
 
+# Dispositions a launcher commonly leaves ignored (nohup, a shell's background job, Python itself):
+# ignored survives exec, so a command would inherit it (^C doing nothing in a terminal).
+_RESET = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGTERM, signal.SIGXFSZ,
+          signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD)
+
+
+def reset_signals() -> None:
+    """In a child between fork and exec: default dispositions and nothing blocked, so a command
+    behaves the same however the server was started."""
+    for signum in _RESET:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
 def arm_parent_death_signal(parent_pid: int) -> None:
     """In a child between fork and exec: SIGTERM when the server dies. Re-checked after
     arming, because the parent may have died before the signal was set."""

@@ -60,7 +60,7 @@ _EXPORTS = {
     # running blocking work and descriptors without blocking the server
     "run_cancellable": "codespace.threads", "CancelToken": "codespace.threads",
     "read_some": "codespace.fdio", "write_all": "codespace.fdio", "wait_exit": "codespace.fdio",
-    "signal_group": "codespace.fdio", "arm_parent_death_signal": "codespace.fdio",
+    "signal_group": "codespace.fdio", "arm_parent_death_signal": "codespace.fdio", "reset_signals": "codespace.fdio",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -16,7 +16,7 @@ import anyio
 from ptyprocess import PtyProcess
 
 from codespace.contract import CommandSpec
-from codespace.contract import arm_parent_death_signal, read_some, signal_group, wait_exit, write_all
+from codespace.contract import arm_parent_death_signal, read_some, reset_signals, signal_group, wait_exit, write_all
 
 READ_CHUNK = 65536  # upstream reads 8 KiB; larger reads cut the per-chunk overhead for bulk output
 
@@ -76,6 +76,11 @@ class PtyTerminal:
             env=spec.env,
             dimensions=(spec.rows, spec.cols),
             pass_fds=tuple(spec.pass_fds),
-            preexec_fn=lambda: arm_parent_death_signal(parent),
+            preexec_fn=lambda: _in_child(parent),
         )
         return PtyProcessHandle(process)
+
+
+def _in_child(parent: int) -> None:
+    reset_signals()  # ^C and job control must not depend on how the server was started
+    arm_parent_death_signal(parent)
