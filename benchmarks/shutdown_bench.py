@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness import REFERENCE_FS, real_python
@@ -79,40 +80,42 @@ def _stop(proc: subprocess.Popen, how: str) -> float:
     return took
 
 
-def codespace_round(ws: str, state: str, how: str, sessions: bool) -> float:
-    env = {**os.environ, "CODESPACE_PLUGINS_ALLOW": "fs,pty,linux_sandbox"}
-    proc = _start([real_python(), "-m", "codespace", "serve", "--workspace", ws, "--state-dir", state], env)
+def _round(argv: list[str], env: dict[str, str], how: str, load: Callable[[subprocess.Popen], None]) -> float:
+    """Start a server, open the session, ``load`` it, let it settle, stop it ``how``: the time to exit."""
+    proc = _start(argv, env)
     try:
         _open(proc)
-        if sessions:
-            for i in range(3):
-                started = _rpc(proc, 10 + i, "tools/call", {"name": "exec", "arguments": {
-                    "command": "exec sleep 31.7", "yield_ms": 100}})
-                if not started["result"]["structuredContent"]["running"]:
-                    raise Failed("a sleep command was not running")
-            _rpc(proc, 20, "tools/call", {"name": "exec", "arguments": {
-                "command": "exec bash -i", "tty": True, "yield_ms": 300}})
-        else:
-            _rpc(proc, 10, "tools/call", {"name": "stat", "arguments": {"path": "."}})
+        load(proc)
         time.sleep(0.2)
         return _stop(proc, how)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def codespace_round(ws: str, state: str, how: str, sessions: bool) -> float:
+    def load(proc: subprocess.Popen) -> None:
+        if not sessions:
+            _rpc(proc, 10, "tools/call", {"name": "stat", "arguments": {"path": "."}})
+            return
+        for i in range(3):
+            started = _rpc(proc, 10 + i, "tools/call", {"name": "exec", "arguments": {
+                "command": "exec sleep 31.7", "yield_ms": 100}})
+            if not started["result"]["structuredContent"]["running"]:
+                raise Failed("a sleep command was not running")
+        _rpc(proc, 20, "tools/call", {"name": "exec", "arguments": {
+            "command": "exec bash -i", "tty": True, "yield_ms": 300}})
+
+    env = {**os.environ, "CODESPACE_PLUGINS_ALLOW": "fs,pty,linux_sandbox"}
+    return _round([real_python(), "-m", "codespace", "serve", "--workspace", ws, "--state-dir", state], env, how, load)
 
 
 def reference_round(ref: str, ws: str, how: str) -> float:
-    proc = _start([shutil.which("node") or "node", ref, ws], dict(os.environ))
-    try:
-        _open(proc)
+    def load(proc: subprocess.Popen) -> None:
         _rpc(proc, 10, "tools/call", {"name": "get_file_info", "arguments": {"path": ws}})
-        time.sleep(0.2)
-        return _stop(proc, how)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    return _round([shutil.which("node") or "node", ref, ws], dict(os.environ), how, load)
 
 
 def main() -> int:

@@ -157,7 +157,7 @@ def observe(argv: list[str], env: dict[str, str], uid: int, home: Path, ready: P
             raise RuntimeError(f"{Path(argv[0]).name} exited {proc.returncode} before it could be read: {err[-300:]}")
         return read_effects(proc.pid, uid)
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 def exit_status(argv: list[str], env: dict[str, str], uid: int, home: Path, step: str,
@@ -170,13 +170,14 @@ def exit_status(argv: list[str], env: dict[str, str], uid: int, home: Path, step
     try:
         _out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _stop(proc)
+        stop_process(proc)
         return None, ""
     lines = err.decode(errors="replace").strip().splitlines()
     return proc.returncode, (lines[-1] if lines else "")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen) -> None:
+    """End an oracle process of the check: SIGTERM, SIGKILL after 10 s; its pipes drained."""
     if proc.poll() is None:
         proc.terminate()
     try:

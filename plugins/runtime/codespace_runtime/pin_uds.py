@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import sockets
+from .pin_hardening import stop_process
 
 SOCKET = "app.sock"
 START_TIMEOUT_S = 10.0
@@ -219,13 +220,7 @@ def _stop(proc: subprocess.Popen, p: Prepared) -> None:
     target = None
     if os.path.islink(p.path):
         target = Path(os.readlink(p.path))
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+    stop_process(proc)
     p.close()
     # upstream's own socket in /tmp/codex-daemon-<uid>/ (and its lock) when it left them behind
     if target is not None and target.name and target.parent.name.startswith("codex-daemon-"):
