@@ -39,7 +39,7 @@ _EXPORTS = {
     "MakeDirResult": ".files", "MoveRequest": ".files", "MoveResult": ".files", "ReadFileRequest": ".files",
     "ReadFileResult": ".files", "RemoveRequest": ".files", "RemoveResult": ".files", "StatRequest": ".files",
     "StatResult": ".files", "WalkEntry": ".files", "WalkRequest": ".files", "WalkResult": ".files",
-    "WriteFileRequest": ".files", "WriteFileResult": ".files",
+    "WriteFileRequest": ".files", "WriteFileResult": ".files", "SyncFileBytes": ".sync_bytes",
     # patches
     "ChangedFile": ".patches", "Patcher": ".patches", "PatchPlan": ".patches", "PatchRequest": ".patches",
     "PatchResult": ".patches", "PatchTarget": ".patches",

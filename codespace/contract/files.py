@@ -11,6 +11,7 @@ from typing_extensions import NotRequired, TypedDict
 from pydantic import Field
 
 from ..models import Strict
+from .sync_bytes import SyncFileBytes  # noqa: F401 - optional for a FileSystem; defined apart, without pydantic
 
 FileKind = Literal["file", "directory", "symlink", "fifo", "socket", "char_device", "block_device", "other"]
 
@@ -220,6 +221,9 @@ class FileSystem(Protocol):
     beneath an open root directory fd with no-follow semantics, operate through
     the parent directory's fd, and re-check the object it reached when links were
     followed. Failures are raised as :class:`codespace.contract.FsError`.
+
+    A backend may also implement :class:`SyncFileBytes` (the raw byte methods as blocking
+    calls, for a one-shot process with no event loop); callers test for it with ``isinstance``.
     """
 
     async def read_file(self, request: ReadFileRequest) -> ReadFileResult: ...
