@@ -6,6 +6,7 @@ store and recovering from a crash happen in :meth:`App.running`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -20,8 +21,10 @@ from .backends import Backends
 from .gateway import Gateway
 from .plugins import Plugins
 from .processes import ProcessRegistry
+from .processes.records import StoreRecords
 from .store import OperationRecord, SQLiteStore
 from .tooling import ToolRegistry
+from .tools.command_sessions import LocalSessions
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -64,14 +67,15 @@ class App:
         plugins = Plugins.load(allow=ws.policy.plugins.allow, block=ws.policy.plugins.block, env=env)
         registry = ToolRegistry()
         plugins.register_tools(registry)
-        backends = Backends(plugins, ws)
         store = SQLiteStore(
             ws.state_dir / STORE_FILE,
             max_records=ws.policy.store.max_records,
             max_age_days=ws.policy.store.max_age_days,
         )
-        processes = ProcessRegistry(ws, backends, store)
-        gateway = Gateway(ws, registry, backends, plugins, store, processes)
+        records = StoreRecords(store)
+        backends = Backends(plugins, ws, records=records)
+        processes = ProcessRegistry(ws, backends, records)
+        gateway = Gateway(ws, registry, backends, plugins, store, processes, LocalSessions(ws, backends, processes))
         return cls(ws, plugins, registry, backends, store, processes, gateway)
 
     @asynccontextmanager
@@ -90,7 +94,10 @@ class App:
             async with anyio.create_task_group() as services:
                 for plugin, service in self.plugins.services(self.workspace, self.backends, self.store):
                     services.start_soon(_supervised, plugin, service)
-                async with self.processes.running():
+                # Commands a worker owns are its registry's: this one stays idle and must not
+                # clear the state directory's command cgroups, which are the worker's.
+                local = contextlib.nullcontext() if self.backends.commands_remote() else self.processes.running()
+                async with local:
                     try:
                         yield self
                     finally:

@@ -15,7 +15,7 @@ from . import sandboxing
 from .contract import BackendMissing
 
 if TYPE_CHECKING:
-    from .contract import FileSystem, Patcher, Sandbox, SandboxDecision, Terminal
+    from .contract import CommandSessions, SessionRecords, FileSystem, Patcher, Sandbox, SandboxDecision, Terminal
     from .plugins import Plugins
     from .workspace import Workspace
 
@@ -28,12 +28,14 @@ _INSTALL_HINTS = {
 
 
 class Backends:
-    def __init__(self, plugins: Plugins, workspace: Workspace, *, _shared: Backends | None = None) -> None:
+    def __init__(self, plugins: Plugins, workspace: Workspace, *, records: SessionRecords | None = None,
+                 _shared: Backends | None = None) -> None:
         self._plugins = plugins
         self._workspace = workspace
         self._cache: dict[str, tuple[Any, str | None]] = {} if _shared is None else _shared._cache
         self._forwarding = _shared is None
         self._runner: tuple[Any, str | None] | None = None
+        self._records = records if _shared is None else _shared._records  # for a runner's sessions
 
     def in_process(self) -> Backends:
         """The same backends, never forwarded to a worker (what the runner is handed as
@@ -84,7 +86,21 @@ class Backends:
         return remote.patcher() if remote is not None else self._require("patcher")
 
     def terminal(self) -> Terminal:
-        return self._require("terminal")  # command sessions stay in the server (not forwarded yet)
+        return self._require("terminal")
+
+    def sessions(self, local: CommandSessions) -> CommandSessions:
+        """Where command sessions live: the runner's, when it serves them (``sessions(records)``
+        on the runner's backends), else ``local`` (this server's registry)."""
+        remote = self._remote()
+        serve = getattr(remote, "sessions", None)
+        return local if serve is None else serve(self._records)
+
+    def commands_remote(self) -> bool:
+        """Do commands run in a worker (so this server's own registry stays idle)?"""
+        try:
+            return getattr(self._remote(), "sessions", None) is not None
+        except BackendMissing:
+            return False
 
     def sandbox(self) -> Sandbox | None:
         return self._get("sandbox")[0]

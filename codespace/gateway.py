@@ -30,6 +30,7 @@ from .tooling import Needs, ProgressFn, ToolCall, ToolDefinition
 
 if TYPE_CHECKING:
     from .backends import Backends
+    from .contract.commands import CommandSessions
     from .plugins import Plugins
     from .processes import ProcessRegistry
     from .store import OperationStore
@@ -114,6 +115,7 @@ class Gateway:
         plugins: Plugins,
         store: OperationStore,
         processes: ProcessRegistry | None = None,
+        sessions: CommandSessions | None = None,
     ) -> None:
         self.workspace = workspace
         self.registry = registry
@@ -121,7 +123,11 @@ class Gateway:
         self.plugins = plugins
         self.store = store
         self.processes = processes
+        self.local_sessions = sessions
         self._inflight: dict[str, anyio.Event] = {}
+
+    def _sessions(self) -> CommandSessions | None:
+        return None if self.local_sessions is None else self.backends.sessions(self.local_sessions)
 
     # -- entry point -----------------------------------------------------------
 
@@ -155,6 +161,7 @@ class Gateway:
         call = ToolCall(
             tool=tool, workspace=self.workspace, backends=self.backends, plugins=self.plugins, store=self.store,
             processes=self.processes, operation_id=None, client=client, _progress=progress,
+            _sessions=self._sessions,
         )
         try:
             args, needs = self._resolve_paths(tool, args)

@@ -18,6 +18,7 @@ from .schemas import input_schema, output_schema
 
 if TYPE_CHECKING:
     from .contract.backends import Backends
+    from .contract.commands import CommandSessions
     from .processes import ProcessRegistry
     from .store import OperationStore
     from .workspace import Workspace
@@ -69,12 +70,20 @@ class ToolCall:
     plugins: PluginListing
     store: OperationStore
     processes: ProcessRegistry | None
+    """This server's own registry (how its commands are tracked; empty when a worker owns them)."""
     operation_id: str | None
     client: str | None
     _progress: ProgressFn | None = None
+    _sessions: Callable[[], CommandSessions | None] | None = None
     detached: bool = False
     cancel_note: str | None = None
     """Set by a handler that cleaned up after a cancellation: what the record's error says."""
+
+    @property
+    def sessions(self) -> CommandSessions | None:
+        """Where the command tools' work is done: this server's registry or a worker's (found
+        on first use: with a worker configured, that asks the runner plugin)."""
+        return self._sessions() if self._sessions is not None else None
 
     def detach(self) -> None:
         """Leave the operation ``running`` after the handler returns: the work goes on

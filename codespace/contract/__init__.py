@@ -31,6 +31,7 @@ _EXPORTS = {
     "Check": ".checks",
     # commands and terminals
     "CommandSpec": ".commands", "Terminal": ".commands", "TerminalProcess": ".commands",
+    "CommandSessions": ".commands", "SessionRecords": ".commands",
     # sandbox
     "LaunchedProcess": ".sandbox", "Sandbox": ".sandbox", "SandboxFastPath": ".sandbox", "SandboxCleanup": ".sandbox", "SandboxInfo": ".sandbox", "SandboxLayout": ".sandbox",
     # files

@@ -71,3 +71,36 @@ class Terminal(Protocol):
     """The terminal backend (plugins/pty implements it)."""
 
     async def spawn(self, spec: CommandSpec) -> TerminalProcess: ...
+
+
+class SessionRecords(Protocol):
+    """Where the owner of command sessions reports what the operation store must hold: the
+    core's store in the server, notifications to the server in a worker."""
+
+    async def started(self, operation_id: str, pid: int, start_ticks: int | None) -> None:
+        """An ``exec`` operation's command started (its process group, for crash recovery)."""
+
+    async def ended(self, operation_id: str, status: dict, *, shutdown: bool) -> None:
+        """A command whose ``exec`` call had returned while it ran has ended: ``status`` is its
+        final ``running``/``exit_code``/``signal``/``timed_out``; ``shutdown``: it was ended by
+        the stop of whatever owned it (the record says ``cancelled``)."""
+
+
+@runtime_checkable
+class CommandSessions(Protocol):
+    """The command tools' work, wherever the sessions live (the server's own registry, or a
+    worker's). Arguments are the tool's arguments as JSON (paths already absolute, checked by
+    the gateway), results the tool's result as JSON; errors are the contract's exceptions.
+    A cancelled ``exec`` stops its command before the cancellation propagates."""
+
+    async def exec(self, params: dict, operation_id: str | None) -> dict: ...
+
+    async def write_stdin(self, params: dict) -> dict: ...
+
+    async def read_output(self, params: dict) -> dict: ...
+
+    async def resize(self, params: dict) -> dict: ...
+
+    async def terminate(self, params: dict) -> dict: ...
+
+    async def list_sessions(self, params: dict) -> dict: ...

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from ..contract import CommandSpec, ToolError
+from ..contract import CommandSpec, SessionRecords, ToolError
 from ..contract.sandbox import Sandbox, SandboxCleanup, SandboxFastPath, SandboxLayout
 from ..store import proc_start_ticks
 from .buffer import OutputBuffer
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from ..contract.backends import Backends
-    from ..store import OperationStore
     from ..workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -81,10 +80,10 @@ class _Started:
 
 
 class ProcessRegistry:
-    def __init__(self, workspace: Workspace, backends: Backends, store: OperationStore) -> None:
+    def __init__(self, workspace: Workspace, backends: Backends, records: SessionRecords) -> None:
         self.workspace = workspace
         self.backends = backends
-        self.store = store
+        self.records = records
         self._sessions: dict[str, Session] = {}
         self._tg: TaskGroup | None = None
         self._counter = 0
@@ -215,7 +214,7 @@ class ProcessRegistry:
         if sandbox is not None and isinstance(sandbox[0], SandboxCleanup):
             self._sandbox_ended[session.id] = sandbox[0].command_ended
         if operation_id is not None:
-            await self.store.attach_process(operation_id, session.pid, proc_start_ticks(session.pid))
+            await self.records.started(operation_id, session.pid, proc_start_ticks(session.pid))
         self._tg.start_soon(session.run)
         if started.writers:
             self._tg.start_soon(feed_payloads, started.writers)
@@ -266,14 +265,4 @@ class ProcessRegistry:
             session.group = None  # empty and gone; a non-empty one is killed at terminate or shutdown
         if not session.detached or session.operation_id is None:
             return
-        # The stored result stays what the exec call returned, with its final status:
-        # a replay then says how the command ended.
-        record = await self.store.get(session.operation_id)
-        final = {**((record.result if record else None) or {}), **session.status()}
-        status = "cancelled" if session.terminated_by == "shutdown" else "succeeded"
-        error = "the server shut down; the command was terminated" if status == "cancelled" else None
-        try:
-            await self.store.finish(session.operation_id, status, result=final, error=error)
-        except Exception:  # noqa: BLE001 - the store may already be closing; the record stays for recovery
-            log.exception("cannot record the end of session %s", session.id)
-
+        await self.records.ended(session.operation_id, session.status(), shutdown=session.terminated_by == "shutdown")
