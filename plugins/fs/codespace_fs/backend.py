@@ -10,6 +10,11 @@ Work that can be long runs on a worker thread: walks and recursive removals
 through :func:`codespace.contract.run_cancellable` (a cancelled call stops the walk
 between directories instead of running on unseen), writes that fsync, moves,
 other reads and big listings.
+
+The raw byte methods also exist as blocking calls (:class:`codespace.contract.SyncFileBytes`),
+for a one-shot process with no event loop (the patch helper): the same mechanisms, run in
+the caller's thread. anyio and the core's thread helper are loaded by the first method that
+hops to a thread, so such a process never loads them.
 """
 
 from __future__ import annotations
@@ -17,10 +22,6 @@ from __future__ import annotations
 import os
 from functools import partial
 from typing import TYPE_CHECKING
-
-import anyio.to_thread
-
-from codespace.contract import run_cancellable
 
 from . import listing, moving, reading, removing, writing
 from .resolve import Confinement, Mode
@@ -80,6 +81,9 @@ class FsBackend:
             return run()
         return await _in_thread(run, fd)
 
+    def read_bytes_sync(self, path: str, *, max_bytes: int, follow_symlink: bool = False) -> bytes:
+        return reading.read_bytes(self.conf, path, max_bytes=max_bytes, follow_symlink=follow_symlink)
+
     async def read_bytes(self, path: str, *, max_bytes: int, follow_symlink: bool = False) -> bytes:
         fd, st, _ = reading.open_regular(self.conf, path, need="read", follow=follow_symlink, action="read")
         run = partial(reading.read_bytes_from, fd, st, path, max_bytes)
@@ -102,6 +106,8 @@ class FsBackend:
     async def walk(self, request: WalkRequest) -> WalkResult:
         from . import walking  # and its gitignore matcher (pathspec): loaded by the first walk
 
+        from codespace.contract import run_cancellable
+
         return await run_cancellable(lambda cancel: walking.walk(self.conf, request, self.limits, cancel))
 
     async def stat(self, request: StatRequest) -> StatResult:
@@ -110,43 +116,72 @@ class FsBackend:
     async def kind(self, path: str) -> FileKind | None:
         return listing.kind(self.conf, path)  # type: ignore[return-value]
 
+    def kind_sync(self, path: str, *, follow_symlink: bool = False) -> FileKind | None:
+        return listing.kind(self.conf, path, follow=follow_symlink)  # type: ignore[return-value]
+
     # -- changes -------------------------------------------------------------------
 
     async def write_file(self, request: WriteFileRequest) -> WriteFileResult:
-        return await anyio.to_thread.run_sync(
+        return await _to_thread(
             partial(writing.write_file, self.conf, request, max_file_bytes=self.limits.max_file_bytes)
         )
+
+    def _writer(
+        self, path: str, data: bytes, *, create_parents: bool, follow_symlink: bool, durable: bool, in_place: bool,
+    ):  # noqa: ANN202
+        write = writing.write_in_place if in_place else partial(writing.write_atomic, report_previous=False)
+        return partial(
+            write, self.conf, path, data, max_file_bytes=self.limits.max_file_bytes,
+            create_parents=create_parents, follow_symlink=follow_symlink, durable=durable,
+        )
+
+    def write_bytes_sync(
+        self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False,
+        durable: bool = True, in_place: bool = False,
+    ) -> None:
+        self._writer(path, data, create_parents=create_parents, follow_symlink=follow_symlink, durable=durable,
+                     in_place=in_place)()
 
     async def write_bytes(
         self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False,
         durable: bool = True, in_place: bool = False,
     ) -> None:
-        write = writing.write_in_place if in_place else partial(writing.write_atomic, report_previous=False)
-        run = partial(
-            write, self.conf, path, data, max_file_bytes=self.limits.max_file_bytes,
-            create_parents=create_parents, follow_symlink=follow_symlink, durable=durable,
-        )
+        run = self._writer(path, data, create_parents=create_parents, follow_symlink=follow_symlink, durable=durable,
+                           in_place=in_place)
         if not durable and len(data) <= INLINE_COPY_BYTES:
             run()  # no fsync to wait for: cheaper than a worker-thread hop
             return
-        await anyio.to_thread.run_sync(run)
+        await _to_thread(run)
 
     async def sync(self) -> None:
-        await anyio.to_thread.run_sync(writing.pending_sync.flush)
+        await _to_thread(writing.pending_sync.flush)
 
     async def make_dir(self, request: MakeDirRequest) -> MakeDirResult:
         return writing.make_dir(self.conf, request)
 
     async def move(self, request: MoveRequest) -> MoveResult:
+        from codespace.contract import run_cancellable
+
         return await run_cancellable(lambda cancel: moving.move(self.conf, request, cancel))
 
     async def remove(self, request: RemoveRequest) -> RemoveResult:
         if not request.recursive:
             return removing.remove(self.conf, request)
+        from codespace.contract import run_cancellable
+
         return await run_cancellable(lambda cancel: removing.remove(self.conf, request, cancel))
 
     async def delete_file(self, path: str) -> None:
         removing.delete_file(self.conf, path)
+
+    def delete_file_sync(self, path: str) -> None:
+        removing.delete_file(self.conf, path)
+
+
+async def _to_thread(run):  # noqa: ANN001, ANN202
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(run)
 
 
 async def _in_thread(run, fd: int):  # noqa: ANN001, ANN202
@@ -160,7 +195,7 @@ async def _in_thread(run, fd: int):  # noqa: ANN001, ANN202
         return run()
 
     try:
-        return await anyio.to_thread.run_sync(body)
+        return await _to_thread(body)
     except BaseException:
         if not started:
             os.close(fd)

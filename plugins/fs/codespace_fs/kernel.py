@@ -1,17 +1,19 @@
 """The two Linux calls Python's ``os`` module lacks: ``openat2`` and ``renameat2``.
 
-Both go through ``ctypes`` on the C library already loaded in the process, so
-the plugin needs no compiled extension. Each is probed once; callers fall back
+Both go through ``_ctypes`` (the extension under ``ctypes``, without the package's
+type catalogue, struct and endianness modules: the patch helper is a one-shot process
+that pays for every import) on the C library already loaded in the process, so the
+plugin needs no compiled extension of its own. Each is probed once; callers fall back
 (component-by-component ``openat``, check-then-``renameat``) when the kernel or
 the file system says no.
 """
 
 from __future__ import annotations
 
-import ctypes
+import _ctypes
 import errno
 import os
-import platform
+import sys
 
 # include/uapi/linux/openat2.h
 RESOLVE_NO_XDEV = 0x01
@@ -24,22 +26,48 @@ RENAME_NOREPLACE = 1 << 0
 
 # openat2 has the same number on every architecture (it was added after the
 # syscall tables were unified); only a few exotic ones differ.
-_SYS_OPENAT2 = {"alpha": 547}.get(platform.machine(), 437)
+_SYS_OPENAT2 = {"alpha": 547}.get(os.uname().machine, 437)  # os.uname: the platform module costs ~3 ms to load
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_syscall = _libc.syscall
-_syscall.restype = ctypes.c_long
-_renameat2 = getattr(_libc, "renameat2", None)
-if _renameat2 is not None:
-    _renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
-    _renameat2.restype = ctypes.c_int
+class _Int(_ctypes._SimpleCData):
+    _type_ = "i"
 
 
-class _OpenHow(ctypes.Structure):
-    _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
+class _Long(_ctypes._SimpleCData):
+    _type_ = "l"
 
 
-_HOW_SIZE = ctypes.sizeof(_OpenHow)
+class _IntFunction(_ctypes.CFuncPtr):  # int result; plain ints pass as C ints, bytes as pointers
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _Int
+
+
+class _LongFunction(_ctypes.CFuncPtr):
+    _flags_ = _IntFunction._flags_
+    _restype_ = _Long
+
+
+class _Process:
+    _handle = _ctypes.dlopen(None)
+
+
+def _function(kind: type, name: str):  # noqa: ANN202
+    try:
+        return kind((name, _Process))
+    except AttributeError:  # not in this C library
+        return None
+
+
+_syscall = _function(_LongFunction, "syscall")
+_renameat2 = _function(_IntFunction, "renameat2")
+_syncfs = _function(_IntFunction, "syncfs")
+
+
+def _open_how(flags: int, mode: int, resolve: int) -> bytes:
+    """``struct open_how``: three native-endian u64 (flags, mode, resolve)."""
+    return b"".join(v.to_bytes(8, sys.byteorder) for v in (flags, mode, resolve))
+
+
+_HOW_SIZE = 24
 
 
 def openat2(dirfd: int, path: bytes, flags: int, resolve: int, mode: int = 0) -> int:
@@ -48,12 +76,14 @@ def openat2(dirfd: int, path: bytes, flags: int, resolve: int, mode: int = 0) ->
     EAGAIN (a concurrent rename somewhere in the system made a RESOLVE_BENEATH
     lookup unsure) is retried here a few times, as the man page advises.
     """
-    how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
+    how = _open_how(flags | os.O_CLOEXEC, mode, resolve)
+    # syscall(2) is variadic and reads every argument as a long: pass them as longs.
+    args = (_Long(_SYS_OPENAT2), _Long(dirfd), path, how, _Long(_HOW_SIZE))
     for _ in range(16):
-        fd = _syscall(_SYS_OPENAT2, dirfd, path, ctypes.byref(how), _HOW_SIZE)
+        fd = _syscall(*args)
         if fd >= 0:
             return fd
-        err = ctypes.get_errno()
+        err = _ctypes.get_errno()
         if err not in (errno.EAGAIN, errno.EINTR):
             raise OSError(err, os.strerror(err), os.fsdecode(path))
     raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), os.fsdecode(path))
@@ -78,12 +108,14 @@ def renameat2(src_dirfd: int, src: bytes, dst_dirfd: int, dst: bytes, flags: int
     if _renameat2 is None:
         raise OSError(errno.ENOSYS, "renameat2 is not available in this C library")
     if _renameat2(src_dirfd, src, dst_dirfd, dst, flags) != 0:
-        err = ctypes.get_errno()
+        err = _ctypes.get_errno()
         raise OSError(err, os.strerror(err), os.fsdecode(dst))
 
 
 def syncfs(fd: int) -> None:
     """Flush the file system holding ``fd`` (one call for many unflushed writes)."""
-    if _libc.syncfs(fd) != 0:
-        err = ctypes.get_errno()
+    if _syncfs is None:
+        raise OSError(errno.ENOSYS, "syncfs is not available in this C library")
+    if _syncfs(fd) != 0:
+        err = _ctypes.get_errno()
         raise OSError(err, os.strerror(err))

@@ -114,9 +114,11 @@ def stat_path(conf: Confinement, request: StatRequest) -> StatResult:
     )
 
 
-def kind(conf: Confinement, path: str) -> str | None:
+def kind(conf: Confinement, path: str, *, follow: bool = False) -> str | None:
+    """What ``path`` is (what a final link leads to with ``follow``, confined as stat_path is);
+    None when nothing is there."""
     try:
-        opened = conf.open(path, O_PATH, need="read", follow_last=False, action="inspect")
+        opened = conf.open(path, O_PATH, need="read", follow_last=follow, action="stat" if follow else "inspect")
     except FsError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             return None

@@ -8,10 +8,8 @@ reopened through ``/proc/self/fd`` (the same inode, no second lookup to race).
 
 from __future__ import annotations
 
-import base64
 import codecs
 import errno
-import hashlib
 import os
 import stat
 import threading
@@ -213,6 +211,8 @@ def read_file_from(
     """The ``read_file`` answer for an opened regular file; closes ``fd``."""
     path = request.path
     data = read_bytes_from(fd, st, path, max_file_bytes)
+    import hashlib  # loaded by the first read_file: byte reads (the patch helper) need no digest
+
     digest = hashlib.sha256(data).hexdigest()
     max_bytes = min(request.max_bytes or default_max_bytes, max_file_bytes)
     if request.encoding == "base64":
@@ -228,6 +228,8 @@ def _base64_window(path: str, data: bytes, digest: str, byte_offset: int, max_by
             f"byte_offset {byte_offset} is past the end of {path} ({len(data)} bytes). To proceed: pass a "
             "byte_offset below the size.", path=path, code="out_of_range", details={"size": len(data)},
         )
+    import base64
+
     raw_cap = max(3, max_bytes // 4 * 3)  # base64 text stays within max_bytes
     chunk = data[byte_offset: byte_offset + raw_cap]
     end = byte_offset + len(chunk)

@@ -15,13 +15,9 @@ Directory creation is :mod:`.directories`; deferred flushes are :mod:`.syncing`.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import errno
 import functools
-import hashlib
 import os
-import secrets
 import stat
 from typing import TYPE_CHECKING
 
@@ -52,6 +48,9 @@ def decode_content(request: WriteFileRequest) -> bytes:
                 f"content holds a lone surrogate at character {exc.start}, which UTF-8 cannot encode. To proceed: "
                 "send valid text, or the bytes with encoding='base64'.", path=request.path, code="invalid_content",
             ) from None
+    import base64
+    import binascii
+
     try:
         return base64.b64decode(request.content, validate=True)
     except (binascii.Error, ValueError) as exc:
@@ -69,6 +68,8 @@ def write_file(conf: Confinement, request: WriteFileRequest, *, max_file_bytes: 
         conf, request.path, data, max_file_bytes=max_file_bytes, expected_sha256=request.expected_sha256,
         must_not_exist=request.must_not_exist, create_parents=request.create_parents,
     )
+    import hashlib
+
     return WriteFileResult(
         path=request.path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), created=created,
         previous_sha256=previous,
@@ -179,7 +180,7 @@ def _replace(
                         if must_not_exist:
                             raise _created_meanwhile(path) from None
                 if tmp is None:
-                    tmp = f".{secrets.token_hex(8)}{TMP_SUFFIX}"
+                    tmp = f".{os.urandom(8).hex()}{TMP_SUFFIX}"
                     _link_fd(fd, dirfd, tmp)
         finally:
             os.close(fd)
@@ -278,7 +279,7 @@ def _open_temp(dirfd: int, mode: int, path: str) -> tuple[int, str | None]:
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
                 raise errors.os_error(exc, path, "write") from exc
-    tmp = f".{secrets.token_hex(8)}{TMP_SUFFIX}"
+    tmp = f".{os.urandom(8).hex()}{TMP_SUFFIX}"
     try:
         return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode, dir_fd=dirfd), tmp
     except OSError as exc:
@@ -333,6 +334,8 @@ def _same_version(a: os.stat_result | None, b: os.stat_result | None) -> bool:
 
 
 def _hash_at(dirfd: int, name: str, path: str) -> str:
+    import hashlib  # only where a digest is asked for: byte writes (the patch helper) need none
+
     fd, _ = open_regular_at(dirfd, name, path, "read")
     try:
         digest = hashlib.sha256()
