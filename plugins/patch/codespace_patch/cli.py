@@ -11,7 +11,9 @@ before anything runs the core decides (:mod:`codespace.contract.gate`: the
 gateway's rules and messages) whether the patch may touch its targets; a refusal
 exits 1 with the policy's message. The helper only implements the decision, and
 reads and writes files only through the file-system plugin the server would use
-(``codespace-fs``). Extra exit codes: 3 when the workspace or its file-system
+(``codespace-fs``): in upstream mode through its blocking byte methods when it has them
+(:class:`codespace.contract.SyncFileBytes`; no event loop is started), else through its
+coroutines. Extra exit codes: 3 when the workspace or its file-system
 backend is unusable, 5 and 7 when start-up hardening fails.
 
 Environment: ``CODESPACE_PATCH_MODE`` = ``upstream`` (default) or ``atomic``;
@@ -119,6 +121,11 @@ def _run(text: str, mode: str, plugins: list[tuple[str, str]] | None) -> int:
     fs = _filesystem(workspace, plugins)
     if fs is None:
         return EXIT_SETUP
+    if mode == "upstream":
+        from codespace.contract import SyncFileBytes
+
+        if isinstance(fs, SyncFileBytes):
+            return _apply_loop_free(patch, workspace, fs, cwd)
     import asyncio  # the FileSystem backend's methods are coroutines
 
     return asyncio.run(_apply(patch, mode, workspace, fs, cwd))
@@ -137,15 +144,36 @@ def _filesystem(workspace, plugins: list[tuple[str, str]] | None):  # noqa: ANN0
     return fs
 
 
-async def _apply(patch, mode: str, workspace, fs, cwd: str) -> int:  # noqa: ANN001
+def _resolver(cwd: str):  # noqa: ANN202
     from codespace.contract.gate import normalize
-
-    from .errors import PatchError
-    from .sections import run_sections
 
     def resolve(path: str) -> str:
         return normalize(path, cwd)
 
+    return resolve
+
+
+def _apply_loop_free(patch, workspace, fs, cwd: str) -> int:  # noqa: ANN001
+    """Upstream mode through the backend's blocking byte methods: no event loop, no asyncio."""
+    from .errors import PatchError
+    from .loop_free import LoopFreeStore, drive
+    from .sections import run_sections
+
+    store = LoopFreeStore(fs, workspace.limits.max_file_bytes)
+    try:
+        run = drive(run_sections(patch, _resolver(cwd), store))
+    except PatchError as exc:
+        _err(exc.message + "\n")
+        return EXIT_FAILED
+    _out(run.summary())
+    return 0
+
+
+async def _apply(patch, mode: str, workspace, fs, cwd: str) -> int:  # noqa: ANN001
+    from .errors import PatchError
+    from .sections import run_sections
+
+    resolve = _resolver(cwd)
     max_bytes = workspace.limits.max_file_bytes
     try:
         if mode == "upstream":

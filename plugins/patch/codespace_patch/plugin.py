@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
@@ -90,6 +89,8 @@ def codespace_doctor(workspace: WorkspaceView) -> list:
 
     checks = []
     beside = os.path.join(os.path.dirname(sys.executable), HELPER)  # the server's own environment first
+    import shutil  # here: the helper process loads this module, and shutil's archive codecs cost it ~3 ms
+
     helper = beside if os.access(beside, os.X_OK) else shutil.which(HELPER)
     checks.append(Check(
         "patch helper", helper is not None, helper or f"{HELPER} is neither beside {sys.executable} nor on PATH",

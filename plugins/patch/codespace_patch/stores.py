@@ -82,15 +82,18 @@ class DirectStore:
                 raise _failure(f"{path} does not exist", "not_found")
             if kind == "directory":
                 raise _failure(f"{path} is a directory; a Delete File section removes files only", "is_directory")
-            if kind == "symlink":
-                from codespace.contract import StatRequest
-
-                target = await self.fs.stat(StatRequest(path=path, follow_symlinks=True))
-                if not target.exists or target.is_directory:
-                    raise _failure(f"{path} is a link to a directory or to nothing", "not_a_file")
+            if kind == "symlink" and not await self._leads_to_file(path):
+                raise _failure(f"{path} is a link to a directory or to nothing", "not_a_file")
             await self.fs.delete_file(path)
         except FsError as exc:
             raise _failure(exc.message, exc.code) from None
+
+    async def _leads_to_file(self, path: str) -> bool:
+        """Does the link at ``path`` lead to something that is not a directory?"""
+        from codespace.contract import StatRequest
+
+        target = await self.fs.stat(StatRequest(path=path, follow_symlinks=True))
+        return target.exists and not target.is_directory
 
     async def remove(self, path: str) -> None:
         try:
