@@ -4,13 +4,14 @@ Runs in the per-command helper. In order: take the placeholder lock, plan bwrap'
 (:mod:`.bwrap_argv`), register the command's proxy route, prepare the command's host
 identity (server as root, :mod:`.identity`), then start bwrap as PID 1 of the helper's own
 PID namespace and stay its parent (:mod:`.supervise`). The command's own child is bwrap's:
-bwrap builds the namespaces, mounts, capabilities and seccomp filter itself; this package
-runs inside only :mod:`.unix_shim`, when the policy lists Unix sockets.
+bwrap builds the namespaces, mounts, capabilities and seccomp filter itself; nothing of this
+package runs inside. With the network off the Unix-socket broker's filter is added to the
+helper's own thread right before it spawns bwrap (so bwrap and the command inherit it), and a
+broker thread of the helper serves it (:mod:`.unix_broker`): no process of ours inside.
 """
 
 
 import posix
-import sys
 
 from . import bwrap_argv, supervise
 from .bwrap_argv import SetupError
@@ -50,9 +51,11 @@ def run_in_helper(hs: dict, seccomp_fd: int | None, *, hardened: bool, userns_fd
         proxy_route.listen_inside(sandbox_pid, route["port"], registration)
 
     hardening = _HardenDuringSetup(hardened)
-    command, pass_fds = _command_and_fds(hs, seccomp_fd)
+    command, pass_fds = hs["command"]["argv"], [] if seccomp_fd is None else [seccomp_fd]
     try:
         with Placeholders(hs["options"]["run_dir"], plan.placeholders, lock):
+            if hs["options"]["seccomp"] in ("restricted", "restricted_unix"):
+                _start_broker(hs)
             code, received = supervise.run_bwrap(
                 bwrap, args_for, command, pass_fds, hardening,
                 sandbox_ready=open_proxy_listener if route is not None else None, identity=identity,
@@ -112,18 +115,18 @@ def _identity_and_proc_args(hs: dict, identity: BwrapIdentity | None) -> list[st
     return extra
 
 
-def _command_and_fds(hs: dict, seccomp_fd: int | None) -> tuple[list[str], list[int]]:
-    """What bwrap runs after ``--``, and the descriptors it must inherit."""
-    command, pass_fds = hs["command"]["argv"], [] if seccomp_fd is None else [seccomp_fd]
-    sockets = hs["policy"].get("allow_unix_sockets")
-    if sockets:  # network.allow_unix_sockets: the shim adds the broker's filter inside, then execs
-        from . import unix_broker
+def _start_broker(hs: dict) -> None:
+    """The network is off: the broker's filter on this thread (bwrap inherits it) and its thread."""
+    from . import unix_broker
 
-        ours, theirs = unix_broker.channel()
-        unix_broker.start(ours, sockets)
-        shim = __file__.rpartition("/")[0] + "/unix_shim.py"
-        command, pass_fds = [sys.executable, "-I", "-S", shim, str(theirs), "--", *command], [*pass_fds, theirs]
-    return command, pass_fds
+    policy = hs["policy"]
+    roots = [w for w in policy["writable"] if w != "/"] + bwrap_argv.private_tmp_dirs(policy, hs["command"]["env"])
+    try:
+        unix_broker.install_before_spawn({
+            "listed": policy.get("allow_unix_sockets") or {}, "roots": roots,
+            "excluded": [*policy["protected"], *policy["deny_read"]], "listen": False})
+    except OSError as exc:
+        raise supervise.SandboxSetupError(f"cannot broker Unix socket calls: {exc}") from None
 
 
 class _HardenDuringSetup:

@@ -124,10 +124,10 @@ def confine_and_exec(hs: dict, ruleset_fd: int, program: bytes | None, parent: i
         os.close(ruleset_fd)
         if program is not None:
             install_seccomp(lib, program)
-        if broker >= 0:  # last: network.allow_unix_sockets (see unix_broker)
+        if broker >= 0:  # last: the network is off, the Unix-socket broker (see unix_broker)
             from . import unix_broker
 
-            unix_broker.install(broker)
+            unix_broker.install(broker, listen=True)
     except (OSError, ValueError, landlock.LandlockError, identity.IdentityError) as exc:
         os.write(2, f"codespace-linux-sandbox: cannot confine the command: {exc}\n".encode())
         os._exit(125)

@@ -150,19 +150,22 @@ def _fork_and_supervise(hs: dict, ruleset: int, program: bytes | None, env: dict
                 arm_parent_death_deadline(kill_everything)
 
     me = os.getpid()
-    sockets = hs["policy"].get("allow_unix_sockets") or []
-    if sockets:
+    brokered = hs["options"]["seccomp"] in ("restricted", "restricted_unix")  # the network is off
+    if brokered:
         from . import unix_broker
 
         ours, theirs = unix_broker.channel()
     signal.pthread_sigmask(signal.SIG_BLOCK, set(FORWARDED))
     child = os.fork()
     if child == 0:
-        confine_and_exec(hs, ruleset, program, me, env, userns, theirs if sockets else -1)
+        confine_and_exec(hs, ruleset, program, me, env, userns, theirs if brokered else -1)
     os.close(ruleset)
-    if sockets:
+    if brokered:
         os.close(theirs)
-        unix_broker.start(ours, sockets)
+        policy = hs["policy"]
+        unix_broker.start(ours, {
+            "listed": policy.get("allow_unix_sockets") or {}, "roots": [w for w in policy["writable"] if w != "/"]
+            + [env["TMPDIR"]], "excluded": [*policy["protected"], *policy["deny_read"]], "listen": True})
     for signum in FORWARDED:
         signal.signal(signum, on_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, set(FORWARDED))

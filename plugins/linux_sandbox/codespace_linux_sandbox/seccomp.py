@@ -21,6 +21,11 @@ socket is ``sendto(fd, buf, n, flags, NULL, 0)``, and denying it breaks socketpa
 such as asyncio's thread wake-ups, which hang forever (observed with the 0.171.0 binary:
 ``asyncio.to_thread`` never returns). With ``socket()`` limited to AF_UNIX and ``connect``
 denied, a socket without a destination can only be a socketpair or an inherited one.
+
+With the network off the filter is never alone: every command also gets the broker's filter
+(:mod:`.unix_broker`), which decides ``connect``, datagram ``socketpair`` and, under Landlock,
+``listen``; ``restricted`` must therefore allow them (an ``EPERM`` here would win over the
+notification).
 """
 
 from __future__ import annotations
@@ -35,13 +40,13 @@ TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 _PTRACE = ("ptrace", "process_vm_readv", "process_vm_writev")
 _IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
-_NETWORK = ("connect", "accept", "accept4", "bind", "listen", "getsockname", "shutdown",
-            "sendmmsg", "recvmmsg", "getsockopt", "setsockopt")
 
 MODES = ("restricted", "restricted_unix", "proxy_routed", "proxy_tcp", "vsock_restricted")
 SOCK_STREAM, SOCK_TYPE_MASK = 1, 0xF
 SOCK_SEQPACKET = 5
 UNIX_CONNECTED_TYPES = (SOCK_STREAM, SOCK_SEQPACKET)
+UNIX_BROKERED_PAIRS = (2, 3)  # SOCK_DGRAM, SOCK_RAW: the broker hands out a seqpacket pair
+_NETWORK_OFF_DENIED = ("sendmmsg", "recvmmsg")
 IPPROTO_TCP = 6
 MSG_FASTOPEN = 0x20000000
 ERRNO = {"getpeername": errno.ENOTSOCK}  # every other denied call: EPERM
@@ -76,20 +81,24 @@ def rules(mode: str) -> list[tuple[str, list[tuple[int, str, int, int]]]]:
     of conditions is ANDed, separate pairs are ORed. Plain data, so tests can read it."""
     out: list[tuple[str, list[tuple[int, str, int, int]]]] = []
     if mode in ("restricted", "restricted_unix"):
-        # restricted_unix: the network is off and the policy lists Unix sockets; connect() is left
-        # to the broker's user-notification filter (unix_broker.py), which refuses all but those.
-        out += [(name, []) for name in _NETWORK if name != "connect" or mode == "restricted"]
+        # The network is off. connect(), datagram socketpair() and (Landlock) listen() are left to
+        # the broker's user-notification filter (unix_broker.py), which every command with the
+        # network off gets: a path inside a writable root, or a listed socket (restricted_unix).
+        # bind, listen, accept, getsockname, shutdown and the socket options act on AF_UNIX
+        # sockets only (socket() is limited to them) and name no destination.
+        out += [(name, []) for name in _NETWORK_OFF_DENIED]
         out += [("getpeername", [])]  # fails with ENOTSOCK, see ERRNO
         out += [("sendto", [(4, "NE", 0, 0)])]  # only with a destination address, see the module docstring
         out += [("socket", [(0, "NE", socket.AF_UNIX, 0)]), ("socketpair", [(0, "NE", socket.AF_UNIX, 0)])]
         # CodeSpace addition: Unix sockets of the stream and seqpacket kinds only. A datagram
         # socket (SOCK_RAW is one too for AF_UNIX) names its destination in sendmsg's msg_name,
         # which BPF cannot read: it reached host sockets such as /dev/log, even from a
-        # socketpair. Stream and seqpacket sockets ignore or refuse msg_name and can reach
-        # nothing but their peer without connect(), which is denied. See the README.
-        out += [(call, [(1, "MASKED_EQ", kind, SOCK_TYPE_MASK)])
-                for call in ("socket", "socketpair") for kind in range(SOCK_TYPE_MASK + 1)
-                if kind not in UNIX_CONNECTED_TYPES]
+        # socketpair. A datagram socketpair is allowed here because the broker answers it with a
+        # seqpacket pair (between ALLOW and USER_NOTIF the notification wins). See the README.
+        out += [("socket", [(1, "MASKED_EQ", kind, SOCK_TYPE_MASK)])
+                for kind in range(SOCK_TYPE_MASK + 1) if kind not in UNIX_CONNECTED_TYPES]
+        out += [("socketpair", [(1, "MASKED_EQ", kind, SOCK_TYPE_MASK)])
+                for kind in range(SOCK_TYPE_MASK + 1) if kind not in (*UNIX_CONNECTED_TYPES, *UNIX_BROKERED_PAIRS)]
     if mode in ("restricted", "restricted_unix", "proxy_routed", "proxy_tcp"):
         out += [(name, []) for name in _PTRACE]
     if mode in ("proxy_routed", "proxy_tcp"):

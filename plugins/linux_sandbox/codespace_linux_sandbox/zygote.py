@@ -59,6 +59,8 @@ def _preload() -> None:
         placeholders,
         proxy_route,
         supervise,
+        unix_broker,
+        unix_inside,
     )
 
 

@@ -1,5 +1,6 @@
 """Run a sandboxed unix_probe.py the way the tests do, as whichever user starts this script
-(the tests start it through setpriv as an unprivileged user): argv engine, start, targets."""
+(the tests start it through setpriv as an unprivileged user): argv engine, start, targets and,
+optionally, the probe's file name (default unix_probe.py)."""
 
 import json
 import os
@@ -18,5 +19,6 @@ from conftest import _base_dir, make_env  # noqa: E402
 engine, start, targets = sys.argv[1], sys.argv[2], sys.argv[3]
 base = Path(tempfile.mkdtemp(prefix="codespace-sandbox-test-", dir=_base_dir()))
 env = make_env(base, engine, start=start)
-code, out, err = env.run([interpreter(), "-I", "-S", str(Path(__file__).with_name("unix_probe.py")), targets])
+probe = sys.argv[4] if len(sys.argv) > 4 else "unix_probe.py"
+code, out, err = env.run([interpreter(), "-I", "-S", str(Path(__file__).with_name(probe)), targets], timeout=120)
 print(json.dumps({"code": code, "out": out, "err": err}))

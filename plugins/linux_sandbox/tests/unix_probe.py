@@ -74,7 +74,7 @@ def main() -> None:
                                               b"mmsg-pair " + msg),
         }.items():
             attempt(f"{label}:{method}", fn)
-    for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET):
+    for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET, socket.SOCK_DGRAM):
         a, b = socket.socketpair(socket.AF_UNIX, kind)
         a.sendmsg([b"ping"])
         out[f"socketpair-{kind}"] = b.recv(10).decode()
