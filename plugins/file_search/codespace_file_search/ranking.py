@@ -1,20 +1,28 @@
 """The best matches of a query among walked entries, ordered as Codex orders them.
 
-Each path is first tested cheaply (a compiled subsequence pattern per fuzzy atom, plain
-containment for the exact kinds); only the paths that pass are scored, and a heap keeps
-the best ``limit``. Ties at the cut go to fewer path components, then lexical order (a
-deterministic stand-in for upstream's walk order); the answer is sorted by score, highest
-first, then by path.
+The prefilter (one pattern per atom over all paths at once) picks the candidates; they are
+split by the tier the query can give them (a file named the atom, one whose name matches
+it, the rest), best tier first. Only a candidate that could still enter the best
+``limit`` is scored: when the prefilter decides ASCII paths exactly, a tier is dropped
+whole once the worst kept score is above the best it could score, and once that score is
+reached its rest is visited in the tie order (fewer path components, then path) and
+dropped from the first candidate past the worst kept one, since ties go to the earlier.
+A query of one anchored atom scores each distinct window once (``anchored``). Entries no
+bound covers (non-ASCII paths, directories the query names) are scored one by one. The
+answer is sorted by score, highest first, then by path.
 """
 
 from __future__ import annotations
 
 import heapq
 import threading
+from itertools import compress, repeat
+from operator import itemgetter
 from dataclasses import dataclass
 
 from . import query as q
-from .prefilter import candidates, subsequence_pattern
+from .anchored import best_of, single_anchored, window_scorer
+from .prefilter import NAME, NAME_FUZZY, buffer_of, candidates
 
 LIMIT = 50
 
@@ -44,71 +52,146 @@ class _Key:
         return self.path > other.path
 
 
+class _Best:
+    """The best ``limit`` scored entries, how many matched, and the directory to crown."""
+
+    def __init__(self, query: q.Query, limit: int) -> None:
+        self.query, self.limit = query, limit
+        self.heap: list[_Key] = []
+        self.total = 0
+        self.named: tuple | None = None  # the best directory the query names: (rival key, item)
+        self.score = lambda path, name, is_dir: q.ranked(query, path, name, is_dir)
+
+    def full(self) -> bool:
+        return len(self.heap) >= self.limit
+
+    def offer(self, path: str, name: str, is_dir: bool, naming: bool) -> None:
+        found = self.score(path, name, is_dir)
+        if found is None:
+            return
+        self.total += 1
+        if naming:
+            rival = (-found[0], len(path), path)
+            if self.named is None or rival < self.named[0]:
+                self.named = (rival, Ranked(path, name, is_dir, found[0], found[1]))
+        heap = self.heap
+        if len(heap) < self.limit:
+            heapq.heappush(heap, _Key(found[0], path.count("/"), path, Ranked(path, name, is_dir, *found)))
+        elif _beats(heap[0], found[0], path):
+            heapq.heapreplace(heap, _Key(found[0], path.count("/"), path, Ranked(path, name, is_dir, *found)))
+
+
 def rank(query: q.Query, entries: list[tuple[str, str, bool]], limit: int = LIMIT,
          cancel: threading.Event | None = None, memo: dict | None = None) -> tuple[list[Ranked], int]:
     """The best ``limit`` matches and how many entries matched in all."""
     if query.empty:
         return [], 0
-    # When the prefilter decides ASCII paths exactly, a candidate whose best possible
-    # score cannot beat the cut is counted without scoring it.
     picked, sure = candidates(query, entries, memo)
-    bound = sum(25 * len(a.needle) + 9 for a in query.atoms if not a.negative)
-    level_of = _name_levels(query)
-    heap: list[_Key] = []
-    total = 0
-    named: tuple | None = None  # the best directory the query names: (rival key, item)
-    for count, n in enumerate(_tiers_first(entries, picked, level_of)):
+    bound = sum(25 * len(a.needle) + 9 for a in query.atoms if not a.negative)  # nucleo's best per atom
+    tiers, each = _split(query, entries, picked, memo)
+    best = _Best(query, limit)
+    anchored = single_anchored(query)
+    if anchored is not None:
+        best.score = window_scorer(query, anchored)
+    for level, group in tiers:
+        if cancel is not None and cancel.is_set():
+            return _answer(best, limit)
+        if anchored is not None:
+            kept, matched, undecided = best_of(anchored, entries, group, limit, best.score,
+                                                 buffer_of(entries, memo).blank_edged())
+            best.total += matched
+            group, level = kept + undecided, -1  # each of these is scored
+        if not _fill(best, entries, group, (level << 16) + bound if sure and level >= 0 else None, cancel):
+            return _answer(best, limit)
+    for count, n in enumerate(each):
         if cancel is not None and not count & 1023 and cancel.is_set():
             break
         path, name, is_dir = entries[n]
-        naming = is_dir and q.names_dir(query, name)
-        full = len(heap) >= limit
-        if sure and full and not naming and path.isascii():
-            level = 0 if is_dir else level_of(name)
-            if not _beats(heap[0], (level << 16) + bound, path):
-                total += 1
-                continue
-        found = q.ranked(query, path, name, is_dir)
-        if found is None:
-            continue
-        total += 1
-        if naming:
-            rival = (-found[0], len(path), path)
-            if named is None or rival < named[0]:
-                named = (rival, Ranked(path, name, is_dir, found[0], found[1]))
-        if not full:
-            heapq.heappush(heap, _Key(found[0], path.count("/"), path, Ranked(path, name, is_dir, *found)))
-        elif _beats(heap[0], found[0], path):
-            heapq.heapreplace(heap, _Key(found[0], path.count("/"), path, Ranked(path, name, is_dir, *found)))
-    if named is not None:
-        _crown(heap, named[1], limit)
-    best = sorted((k.item for k in heap), key=lambda r: (-r.score, r.path))
-    return best, total
+        best.offer(path, name, is_dir, is_dir and q.names_dir(query, name))
+    return _answer(best, limit)
 
 
-def _name_levels(query: q.Query):  # noqa: ANN202
-    """A function giving an ASCII file name's tier (3, 1 or 0) without scoring it."""
-    atom = query.named
-    if atom is None or not atom.ascii:
-        return lambda name: 0
-    test = subsequence_pattern(atom.needle).search
-
-    def level(name: str) -> int:
-        low = name.lower()
-        if low == atom.needle:
-            return 3
-        return 1 if test(low) else 0
-    return level
-
-
-def _tiers_first(entries: list[tuple[str, str, bool]], picked: list[int], level_of) -> list[int]:  # noqa: ANN001
-    """Candidates with files whose names the query tiers first, so the cut fills with them
-    early and the rest is mostly counted, not scored."""
-    first, rest = [], []
-    for n in picked:
+def _fill(best: _Best, entries: list[tuple[str, str, bool]], group: list[int], top: int | None,
+          cancel: threading.Event | None) -> bool:
+    """Offer a tier's candidates whose score ``top`` bounds (None: no bound, or the
+    prefilter is not exact), scoring only those that could enter; False: cancelled.
+    Once the worst kept score reaches ``top``, only a candidate with that score and an
+    earlier place in the tie order could enter: the rest is visited in that order, and
+    counted unseen from the first that comes after the worst kept one."""
+    narrowed = False
+    k = count = 0
+    while k < len(group):
+        n = group[k]
+        k += 1
+        count += 1
+        if cancel is not None and not count & 1023 and cancel.is_set():
+            return False
         path, name, is_dir = entries[n]
-        (first if not is_dir and (not name.isascii() or level_of(name)) else rest).append(n)
-    return first + rest
+        if top is not None and best.full():
+            worst = best.heap[0]
+            if worst.score > top:
+                best.total += len(group) - k + 1  # a better tier filled the cut
+                return True
+            if worst.score == top:
+                if not narrowed:
+                    group, k, narrowed = _tie_order(entries, group[k - 1:]), 0, True
+                    continue
+                depth = path.count("/")
+                if depth > worst.depth or (depth == worst.depth and path > worst.path):
+                    best.total += len(group) - k + 1
+                    return True
+            if not _beats(worst, top, path):
+                best.total += 1
+                continue
+        best.offer(path, name, is_dir, False)
+    return True
+
+
+def _tie_order(entries: list[tuple[str, str, bool]], group: list[int]) -> list[int]:
+    """``group`` by fewer path components, then path."""
+    paths = [entries[n][0] for n in group]
+    depths = list(map(str.count, paths, repeat("/")))
+    order = sorted(range(len(group)), key=paths.__getitem__)  # C-level keys: tuples compare slowly
+    order.sort(key=depths.__getitem__)  # stable: paths stay in order within a depth
+    return [group[i] for i in order]
+
+
+def _answer(best: _Best, limit: int) -> tuple[list[Ranked], int]:
+    if best.named is not None:
+        _crown(best.heap, best.named[1], limit)
+    return sorted((k.item for k in best.heap), key=lambda r: (-r.score, r.path)), best.total
+
+
+def _split(query: q.Query, entries: list[tuple[str, str, bool]], picked: list[int],
+           memo: dict | None) -> tuple[list[tuple[int, list[int]]], list[int]]:
+    """The candidates as (tier, indices), best tier first, and those to score one by one:
+    non-ASCII paths (and any the buffer could not hold) and directories the query names."""
+    atom = query.named
+    other = buffer_of(entries, memo).other_set
+    each = [n for n in picked if n in other] if other else []
+    if atom is None or not atom.ascii:
+        return ([(0, [n for n in picked if n not in other] if other else picked)] if picked else []), each
+    buffer = buffer_of(entries, memo)
+    exact = set(buffer.matching(NAME, atom.needle))
+    matching = set(buffer.matching(NAME_FUZZY, atom.needle))
+    dirs = _dirs(entries, memo)
+    pool = set(picked).difference(other)
+    named_dirs = exact & dirs & pool
+    each.extend(named_dirs)
+    level3 = (exact & pool) - dirs
+    level1 = (matching & pool) - exact - dirs
+    level0 = pool - level3 - level1 - named_dirs
+    tiers = [(level, list(group)) for level, group in ((3, level3), (1, level1), (0, level0)) if group]
+    return tiers, each
+
+
+def _dirs(entries: list[tuple[str, str, bool]], memo: dict | None) -> set[int]:
+    found = memo.get("dirs") if memo is not None else None
+    if found is None:
+        found = set(compress(range(len(entries)), map(itemgetter(2), entries)))
+        if memo is not None:
+            memo["dirs"] = found
+    return found
 
 
 def _beats(worst: _Key, score: int, path: str) -> bool:
