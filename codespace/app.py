@@ -18,6 +18,7 @@ import anyio
 
 from . import reaper
 from .backends import Backends
+from .contract import ToolError
 from .gateway import Gateway
 from .plugins import Plugins
 from .processes import ProcessRegistry
@@ -78,13 +79,32 @@ class App:
         gateway = Gateway(ws, registry, backends, plugins, store, processes, LocalSessions(ws, backends, processes))
         return cls(ws, plugins, registry, backends, store, processes, gateway)
 
+    async def _adopt(self) -> dict[str, Any]:
+        """The sessions a worker holds from a server that has gone (a daemon outlives servers):
+        their operations stay running, now this server's, instead of being marked interrupted
+        and reaped. A worker that cannot be reached holds nothing we could adopt."""
+        nothing: dict[str, Any] = {"running": [], "ended": []}
+        if not self.backends.commands_remote():
+            return nothing
+        adopt = getattr(self.gateway.sessions(), "adopt", None)
+        if adopt is None:
+            return nothing
+        try:
+            return await adopt()
+        except ToolError as exc:
+            log.warning("cannot ask the worker for the sessions it holds: %s", exc.message)
+            return nothing
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[App]:
         """Open the store, recover from a crashed predecessor, serve, shut down cleanly."""
         self.workspace.ensure_state_dir()
         await self.store.open()
         try:
-            self.recovered = await self.store.recover()
+            held = await self._adopt()
+            self.recovered = await self.store.recover(keep=[*held["running"], *(e["operation_id"] for e in held["ended"])])
+            for ended in held["ended"]:  # ended while no server was attached to the worker
+                await self.backends.records.ended(ended["operation_id"], ended["status"], shutdown=ended["shutdown"])
             if self.recovered:
                 log.warning("%d operation(s) of a stopped server marked interrupted", len(self.recovered))
                 reaper.reap(self.recovered)

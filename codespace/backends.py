@@ -35,7 +35,8 @@ class Backends:
         self._cache: dict[str, tuple[Any, str | None]] = {} if _shared is None else _shared._cache
         self._forwarding = _shared is None
         self._runner: tuple[Any, str | None] | None = None
-        self._records = records if _shared is None else _shared._records  # for a runner's sessions
+        self.records = records if _shared is None else _shared.records
+        """The store's side of command sessions, handed to a runner that owns them."""
 
     def in_process(self) -> Backends:
         """The same backends, never forwarded to a worker (what the runner is handed as
@@ -93,7 +94,7 @@ class Backends:
         on the runner's backends), else ``local`` (this server's registry)."""
         remote = self._remote()
         serve = getattr(remote, "sessions", None)
-        return local if serve is None else serve(self._records)
+        return local if serve is None else serve(self.records)
 
     def commands_remote(self) -> bool:
         """Do commands run in a worker (so this server's own registry stays idle)?"""

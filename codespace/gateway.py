@@ -126,7 +126,8 @@ class Gateway:
         self.local_sessions = sessions
         self._inflight: dict[str, anyio.Event] = {}
 
-    def _sessions(self) -> CommandSessions | None:
+    def sessions(self) -> CommandSessions | None:
+        """The workspace's command sessions: this server's registry, or a worker's."""
         return None if self.local_sessions is None else self.backends.sessions(self.local_sessions)
 
     # -- entry point -----------------------------------------------------------
@@ -161,7 +162,7 @@ class Gateway:
         call = ToolCall(
             tool=tool, workspace=self.workspace, backends=self.backends, plugins=self.plugins, store=self.store,
             processes=self.processes, operation_id=None, client=client, _progress=progress,
-            _sessions=self._sessions,
+            _sessions=self.sessions,
         )
         try:
             args, needs = self._resolve_paths(tool, args)

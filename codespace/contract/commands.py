@@ -85,6 +85,10 @@ class SessionRecords(Protocol):
         final ``running``/``exit_code``/``signal``/``timed_out``; ``shutdown``: it was ended by
         the stop of whatever owned it (the record says ``cancelled``)."""
 
+    async def lost(self, operation_id: str, reason: str) -> None:
+        """The process that owned the command died with it (a worker crash): the operation is
+        ``interrupted``, and ``reason`` says what happened and what to do."""
+
 
 @runtime_checkable
 class CommandSessions(Protocol):

@@ -35,3 +35,11 @@ class StoreRecords:
                                     error=SHUTDOWN_ERROR if shutdown else None)
         except Exception:  # noqa: BLE001 - the store may already be closing; the record stays for recovery
             log.exception("cannot record the end of the command of operation %s", operation_id)
+
+    async def lost(self, operation_id: str, reason: str) -> None:
+        try:
+            record = await self.store.get(operation_id)
+            if record is not None and record.status == "running":
+                await self.store.finish(operation_id, "interrupted", result=record.result, error=reason)
+        except Exception:  # noqa: BLE001 - as above
+            log.exception("cannot record the loss of the command of operation %s", operation_id)

@@ -265,4 +265,7 @@ class ProcessRegistry:
             session.group = None  # empty and gone; a non-empty one is killed at terminate or shutdown
         if not session.detached or session.operation_id is None:
             return
-        await self.records.ended(session.operation_id, session.status(), shutdown=session.terminated_by == "shutdown")
+        try:
+            await self.records.ended(session.operation_id, session.status(), shutdown=session.terminated_by == "shutdown")
+        except Exception:  # noqa: BLE001 - one lost record must not end the registry's other sessions
+            log.exception("cannot record the end of session %s", session.id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -102,8 +103,10 @@ class OperationStore(Protocol):
         self, *, limit: int = 50, status: Status | None = None, tool: str | None = None, before: float | None = None
     ) -> list[OperationRecord]: ...
 
-    async def recover(self) -> list[OperationRecord]:
-        """Mark operations of dead servers ``interrupted``; return them (with their pgids to reap)."""
+    async def recover(self, keep: Collection[str] = ()) -> list[OperationRecord]:
+        """Mark operations of dead servers ``interrupted``; return them (with their pgids to reap).
+        ``keep``: operations that still run elsewhere (a daemon worker's commands) and that this
+        server takes over: they stay ``running``, owned by this server."""
 
     async def close(self) -> None: ...
 

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sqlite3
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -270,13 +271,17 @@ class SQLiteStore:
     ) -> list[OperationRecord]:
         return await self._run(self.list_sync, limit, status, tool, before)
 
-    def _recover(self) -> list[OperationRecord]:
+    def _recover(self, keep: Collection[str]) -> list[OperationRecord]:
         db = self._db()
         rows = db.execute(f"SELECT {_COLUMNS} FROM operations WHERE status = 'running'").fetchall()
         interrupted = []
         for record in map(_row, rows):
             if record.owner == self.owner or owner_alive(record.owner):
                 continue  # another live server sharing this store still runs it
+            if record.operation_id in keep:
+                db.execute("UPDATE operations SET owner = ? WHERE operation_id = ? AND status = 'running'",
+                           (self.owner, record.operation_id))
+                continue
             db.execute(
                 "UPDATE operations SET status = 'interrupted', finished_at = ?, "
                 "error = 'the server running this operation stopped before it finished' "
@@ -286,8 +291,8 @@ class SQLiteStore:
             interrupted.append(record.model_copy(update={"status": "interrupted"}))
         return interrupted
 
-    async def recover(self) -> list[OperationRecord]:
-        return await self._run(self._recover)
+    async def recover(self, keep: Collection[str] = ()) -> list[OperationRecord]:
+        return await self._run(self._recover, frozenset(keep))
 
     def _record_network(self, events: list[NetworkEvent]) -> None:
         self._db().executemany(

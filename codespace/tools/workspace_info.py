@@ -39,7 +39,8 @@ class WorkspaceInfo(Model):
     backends: dict[str, str | None] = Field(description="Which plugin serves each backend (null: none installed).")
     runtime: dict[str, Any] = Field(
         description="Where side effects run: worker 'off' (this server), 'child' or 'daemon'; what the worker "
-        "serves, its pid and protocol, and whether it is serving or died; commands run in the server.",
+        "serves (files, patch, commands), its pid and protocol, and whether it is serving or died; 'commands' says "
+        "where command sessions run ('server' or 'worker').",
     )
 
 

@@ -98,6 +98,7 @@ class WorkerClient:
         self._pending: dict[int, asyncio.Future] = {}
         self._write = asyncio.Lock()
         self._callbacks: list[NotificationCallback] = []
+        self._on_lost: list[Callable[[str], None]] = []
         self._gone: WorkerGone | None = None
         self._reader = asyncio.create_task(self._read_forever())
 
@@ -133,6 +134,10 @@ class WorkerClient:
         """Call ``fn(method, params, fds)`` for every notification (it owns the descriptors)."""
         self._callbacks.append(fn)
         return fn
+
+    def on_lost(self, fn: Callable[[str], None]) -> None:
+        """Call ``fn(reason)`` when the worker ends the connection (not when :meth:`close` does)."""
+        self._on_lost.append(fn)
 
     async def call(self, method: str, params: dict, fds: Sequence[int] = ()) -> tuple[dict, list[int]]:
         """The result of ``method`` and the descriptors that came with it (now the caller's).
@@ -184,8 +189,14 @@ class WorkerClient:
         except OSError as exc:
             reason = f"the connection to the worker failed: {exc}"
         except asyncio.CancelledError:
-            reason = "the client was closed"
+            self._fail_all("the client was closed")
+            return  # closed on purpose: nothing was lost
         self._fail_all(reason)
+        for fn in self._on_lost:
+            try:
+                fn(reason)
+            except Exception:  # noqa: BLE001 - one bad listener must not hide the loss from the others
+                _log.exception("connection-lost callback failed")
 
     def _deliver(self, obj: dict, fds: list[int]) -> None:
         request_id = obj.get("id")

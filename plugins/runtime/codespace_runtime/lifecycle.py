@@ -92,6 +92,8 @@ class Worker:
         self.last_failure: str | None = None
         self.stopped = False
         self.expected_digest = policy_digest(getattr(workspace, "policy_path", None))
+        self._listeners: list[Any] = []
+        self._lost_listeners: list[Any] = []
 
     # -- state --------------------------------------------------------------------
 
@@ -120,7 +122,7 @@ class Worker:
         state = "serving" if serving else "starting" if starting else "died" if self.last_failure else "not started"
         out: dict[str, Any] = {
             "worker": self.mode, "serving": serving, "state": state, "pid": self.pid if serving else None,
-            "protocol": PROTOCOL if serving else None, "serves": ["files", "patch"], "commands": "server",
+            "protocol": PROTOCOL if serving else None, "serves": ["files", "patch", "commands"], "commands": "worker",
             "starts": self.starts,
         }
         if self.last_failure:
@@ -161,6 +163,10 @@ class Worker:
                     raise RunnerLost(self.last_failure + ". Nothing ran; retry, or see the server's log (the "
                                      "worker writes to its stderr).", dispatched=False) from None
                 self.starts += 1
+                for fn in self._listeners:
+                    self._client.on_notification(fn)
+                for fn in self._lost_listeners:
+                    self._client.on_lost(fn)
                 try:
                     await self._check_digest()
                 except BaseException:
@@ -169,6 +175,18 @@ class Worker:
                 finally:
                     self._record()
         return self._client  # type: ignore[return-value]
+
+    def on_notification(self, fn: Any) -> None:
+        """Call ``fn(method, params, fds)`` for each notification of this and every later connection."""
+        self._listeners.append(fn)
+        if self._client is not None:
+            self._client.on_notification(fn)
+
+    def on_lost(self, fn: Any) -> None:
+        """Call ``fn(reason)`` whenever the worker drops this or a later connection."""
+        self._lost_listeners.append(fn)
+        if self._client is not None:
+            self._client.on_lost(fn)
 
     async def _check_digest(self) -> None:
         # The runner's own report: the policy it judges requests by (the welcome's digest is the

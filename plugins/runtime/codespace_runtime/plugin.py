@@ -131,7 +131,7 @@ def _live_check(workspace: WorkspaceView, mode: str) -> Check:
                      else f"codespace-worker start --workspace {workspace.root}")
     return Check("runtime worker", True,
                  f"{mode}: worker pid {status.get('pid')} answers on protocol 5 and serves "
-                 f"{', '.join(status.get('serves', []))}; commands run in the server")
+                 f"{', '.join(status.get('serves', []))}; commands run in the {status.get('commands', 'server')}")
 
 
 def _last_status(workspace: WorkspaceView) -> dict | None:

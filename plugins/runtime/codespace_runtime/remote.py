@@ -29,6 +29,7 @@ class RemoteBackends:
         self.local = local
         self._fs = RemoteFileSystem(worker)
         self._patcher: RemotePatcher | None = None
+        self._sessions: Any = None
 
     def filesystem(self) -> RemoteFileSystem:
         return self._fs
@@ -43,6 +44,15 @@ class RemoteBackends:
     def terminal(self) -> Any:
         return self.local.terminal()
 
+    def sessions(self, records: Any) -> Any:
+        """Command sessions in the worker; ``records`` (the core's store side) gets their starts
+        and ends."""
+        if self._sessions is None:
+            from .remote_sessions import RemoteSessions
+
+            self._sessions = RemoteSessions(self.worker, records)
+        return self._sessions
+
     def sandbox(self) -> Any:
         return self.local.sandbox()
 
@@ -53,7 +63,7 @@ class RemoteBackends:
         return self.worker.status()
 
 
-async def _call(worker: Worker, method: str, params: dict, what: str) -> dict:
+async def call_worker(worker: Worker, method: str, params: dict, what: str) -> dict:
     try:
         return await worker.call(method, params, what)
     except WorkerCallError as exc:
@@ -76,7 +86,7 @@ class RemoteFileSystem:
         self.worker = worker
 
     async def _model(self, method: str, request: Any, result: type) -> Any:
-        data = await _call(self.worker, method, request.model_dump(mode="json"), method.removeprefix("fs."))
+        data = await call_worker(self.worker, method, request.model_dump(mode="json"), method.removeprefix("fs."))
         return result.model_validate(data)
 
     async def read_file(self, request: Any) -> ReadFileResult:
@@ -104,7 +114,7 @@ class RemoteFileSystem:
         return await self._model("fs.remove", request, RemoveResult)
 
     async def read_bytes(self, path: str, *, max_bytes: int, follow_symlink: bool = False) -> bytes:
-        data = await _call(self.worker, "fs.read_bytes",
+        data = await call_worker(self.worker, "fs.read_bytes",
                            {"path": path, "max_bytes": max_bytes, "follow_symlink": follow_symlink}, "read_bytes")
         return base64.b64decode(data["data"])
 
@@ -112,19 +122,19 @@ class RemoteFileSystem:
         self, path: str, data: bytes, *, create_parents: bool = False, follow_symlink: bool = False,
         durable: bool = True, in_place: bool = False,
     ) -> None:
-        await _call(self.worker, "fs.write_bytes", {
+        await call_worker(self.worker, "fs.write_bytes", {
             "path": path, "data": base64.b64encode(data).decode("ascii"), "create_parents": create_parents,
             "follow_symlink": follow_symlink, "durable": durable, "in_place": in_place,
         }, "write_bytes")
 
     async def sync(self) -> None:
-        await _call(self.worker, "fs.sync", {}, "sync")
+        await call_worker(self.worker, "fs.sync", {}, "sync")
 
     async def delete_file(self, path: str) -> None:
-        await _call(self.worker, "fs.delete_file", {"path": path}, "delete_file")
+        await call_worker(self.worker, "fs.delete_file", {"path": path}, "delete_file")
 
     async def kind(self, path: str) -> FileKind | None:
-        return (await _call(self.worker, "fs.kind", {"path": path}, "kind"))["kind"]
+        return (await call_worker(self.worker, "fs.kind", {"path": path}, "kind"))["kind"]
 
 
 class RemotePatcher:
@@ -138,5 +148,5 @@ class RemotePatcher:
     async def apply(self, request: PatchRequest, fs: Any, journal_dir: Path) -> PatchResult:
         # The worker applies through its own FileSystem and journals in its own state directory
         # (the same directory: it opened the workspace the server did).
-        data = await _call(self.worker, "patch.apply", request.model_dump(mode="json"), "apply_patch")
+        data = await call_worker(self.worker, "patch.apply", request.model_dump(mode="json"), "apply_patch")
         return PatchResult.model_validate(data)

@@ -6,12 +6,14 @@ environment, never over the socket), with the same plugins a server would load. 
 is judged again against that policy before a backend sees it, with the gateway's own functions
 (``codespace.contract.gate``): a request the server should not have sent is refused here.
 
-Command sessions are not served here yet: they stay in the server.
+Command sessions (``proc.*``) are served by :mod:`codespace_runtime.runner_sessions` on a
+registry of this process: the worker owns the commands it starts.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,17 +23,21 @@ from codespace.contract import (
     BackendMissing, ListDirRequest, MakeDirRequest, MoveRequest, PatchRequest, ReadFileRequest, Refused, RemoveRequest,
     StatRequest, ToolError, WalkRequest, WriteFileRequest, gate,
 )
+import anyio
 from pydantic import ValidationError
 
 from .role import mark_worker_process
 from .errors_wire import NotRun
+from .runner_sessions import session_handlers
 
 Handler = Callable[[dict, list[int]], Awaitable[dict]]
 POLICY_ENV = "CODESPACE_WORKER_POLICY"
 """The policy file the server was started with (child mode: set by the server that starts the worker)."""
 UMASK_ENV = "CODESPACE_WORKER_UMASK"
 """The server's umask in octal (child mode): what files created for the agent are made under."""
-SERVES = ["files", "patch"]
+SERVES = ["files", "patch", "commands"]
+STOP_GRACE_S = 0.02
+"""At the worker's stop, SIGTERM to every command, then SIGKILL after this long (the server's own grace)."""
 
 # method -> (request model, backend method, {field: need}); needs as the file tools declare them.
 _MODEL_METHODS: dict[str, tuple[type, str, dict[str, str]]] = {
@@ -219,8 +225,9 @@ def _agent_umask(value: str | None) -> None:
 
 def handlers_for(
     root: str, *, policy: str | None = None, state_dir: str | None = None,
-) -> tuple[Mapping[str, Handler], Callable[[], dict]]:
-    """The worker's handlers for the workspace at ``root`` and its ``status`` callable.
+) -> tuple[Mapping[str, Handler], Callable[[], dict], Callable[[], Any]]:
+    """The worker's handlers for the workspace at ``root``, its ``status`` callable, and its
+    lifespan (``async with lifespan():`` around serving: the command registry's life).
 
     ``policy``: the operator's policy file (default: ``$CODESPACE_WORKER_POLICY``, else the
     workspace's ``.codespace/policy.toml``); ``state_dir``: default ``$CODESPACE_STATE_DIR`` or
@@ -236,13 +243,25 @@ def handlers_for(
     handlers: dict[str, Handler] = {m: _model_handler(fs, judge, m, spec) for m, spec in _MODEL_METHODS.items()}
     handlers.update(_raw_handlers(fs, judge))
     handlers["patch.apply"] = _patch_handler(workspace, backends, judge)
+    proc_handlers, registry, _records = session_handlers(workspace, backends)
+    handlers.update(proc_handlers)
     digest = policy_digest(workspace.policy_path)
     providers = getattr(backends, "providers", dict)()
 
     def status() -> dict:
         return {
-            "workspace": str(workspace.root), "policy_digest": digest, "serves": SERVES, "commands": "server",
+            "workspace": str(workspace.root), "policy_digest": digest, "serves": SERVES, "commands": "worker",
+            "sessions": len(registry.sessions()),
             "backends": {k: providers.get(k) for k in ("filesystem", "patcher")}, "plugin_failures": failed,
         }
 
-    return handlers, status
+    @contextlib.asynccontextmanager
+    async def lifespan() -> Any:
+        async with registry.running():
+            try:
+                yield
+            finally:
+                with anyio.CancelScope(shield=True):  # the worker stops: its commands end with it, quickly
+                    await registry.shutdown(STOP_GRACE_S)
+
+    return handlers, status, lifespan

@@ -80,6 +80,11 @@ class Connection:
         self._open = True
         self._reader: FrameReader | None = None
 
+    @property
+    def is_open(self) -> bool:
+        """False once the connection is being torn down (its peer hears nothing more)."""
+        return self._open
+
     async def notify(self, method: str, params: dict, fds: Sequence[int] = ()) -> None:
         """Send a notification; a connection that has gone is skipped (its client hears nothing)."""
         if self._open:

@@ -8,6 +8,7 @@ listens (the daemon), holding ``worker.pid``'s lock for as long as it serves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -15,9 +16,10 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from codespace.contract import gate
 
@@ -67,19 +69,21 @@ def _serve_hardened(args: ServeArgs) -> int:
     # The policy file a server starting its child names (the runner loads the same file).
     view = gate.open_workspace(args.workspace, policy_path=os.environ.get("CODESPACE_WORKER_POLICY") or None)
     token = tokens.load_token(args.token_file)
-    handlers, status = load_handlers(str(view.root)) if args.runner else ({}, dict)
+    handlers, status, lifespan = load_handlers(str(view.root)) if args.runner else ({}, dict, contextlib.nullcontext)
     digest = policy_digest(view)
     allowed = args.allow_uids or [os.getuid()]
     if args.fd is not None:
         channel = _channel(args.fd)
-        return asyncio.run(_run_child(channel, token, handlers, status, str(view.root), digest, allowed))
+        return asyncio.run(_within(lifespan, _run_child(channel, token, handlers, status, str(view.root), digest,
+                                                        allowed)))
     path = Path(args.socket)
     lock_fd = daemon.lock_pid_file(path.parent / daemon.PID_FILE)
     try:
         listener, identity = sockets.bind_listener(path.parent, path.name)
         try:
             _log.info("serving %s on %s for uid(s) %s", view.root, path, ", ".join(map(str, allowed)))
-            asyncio.run(_run_listener(listener, token, handlers, status, str(view.root), digest, allowed))
+            asyncio.run(_within(lifespan, _run_listener(listener, token, handlers, status, str(view.root), digest,
+                                                        allowed)))
         finally:
             sockets.unlink_if_ours(path.parent, identity, path.name)
             listener.close()
@@ -89,11 +93,21 @@ def _serve_hardened(args: ServeArgs) -> int:
     return 0
 
 
-def load_handlers(root: str) -> tuple[Mapping[str, Handler], Callable[[], dict]]:
+T = TypeVar("T")
+
+
+async def _within(lifespan: Callable[[], Any], serving: Awaitable[T]) -> T:
+    """Serve inside the runner's lifespan: its command registry lives while the worker serves
+    (and ends every session when it stops)."""
+    async with lifespan():
+        return await serving
+
+
+def load_handlers(root: str) -> tuple[Mapping[str, Handler], Callable[[], dict], Callable[[], Any]]:
     """The runner's handlers when the runner module is installed; the built-in methods alone
     otherwise. A runner that fails to import is an error, not a silent fallback."""
     if importlib.util.find_spec("codespace_runtime.runner") is None:
-        return {}, dict
+        return {}, dict, contextlib.nullcontext
     from . import runner  # type: ignore[attr-defined]
 
     return runner.handlers_for(root)

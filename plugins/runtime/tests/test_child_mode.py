@@ -34,13 +34,13 @@ async def test_off_runs_in_the_server_and_claims_no_worker_protocol(make_app, ws
         assert children(os.getpid()) == []
 
 
-async def test_child_says_what_it_serves_and_commands_stay_in_the_server(make_app, ws):
+async def test_child_says_what_it_serves_and_runs_commands_in_the_worker(make_app, ws):
     (ws / "a.txt").write_text("x\n")
     async with connect(make_app(policy=CHILD)) as client:
         runtime = await serving(client)
         assert {k: runtime[k] for k in ("worker", "serving", "state", "protocol", "serves", "commands")} == {
-            "worker": "child", "serving": True, "state": "serving", "protocol": 5, "serves": ["files", "patch"],
-            "commands": "server",
+            "worker": "child", "serving": True, "state": "serving", "protocol": 5,
+            "serves": ["files", "patch", "commands"], "commands": "worker",
         }
         assert children(os.getpid()) == [runtime["pid"]]
         info = await call_ok(client, "workspace_info")
@@ -50,6 +50,19 @@ async def test_child_says_what_it_serves_and_commands_stay_in_the_server(make_ap
             assert "\nPPid:\t%d\n" % os.getpid() in f.read()
         ran = await call_ok(client, "exec", {"command": ["sh", "-c", "cat a.txt"]})
         assert ran["output"] == "x\n" and ran["exit_code"] == 0
+        # The command is the worker's: its process hangs below the worker.
+        long = await call_ok(client, "exec", {"command": ["sleep", "30"], "yield_ms": 100})
+        assert runtime["pid"] in _ancestors(long["pid"])
+        await call_ok(client, "terminate", {"session_id": long["session_id"], "grace_ms": 100})
+
+
+def _ancestors(pid: int) -> list[int]:
+    found = []
+    while pid > 1:
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        found.append(pid)
+    return found
 
 
 async def test_a_policy_asking_for_a_worker_without_the_plugin_refuses_file_calls(make_app, ws):
@@ -88,7 +101,7 @@ async def test_doctor_starts_a_worker_and_says_a_servers_worker_died(ws, state, 
     policy_text = CHILD
     checks = _doctor(ws, state, _policy(tmp_path, policy_text))
     assert checks["runtime worker"]["ok"] is True
-    assert "answers on protocol 5 and serves files, patch; commands run in the server" in checks["runtime worker"]["detail"]
+    assert "answers on protocol 5 and serves files, patch, commands; commands run in the worker" in checks["runtime worker"]["detail"]
 
     app = build_app(ws, state_dir=state, policy=policy_text)
     async with connect(app) as client:

@@ -26,9 +26,12 @@ CHILD = '[runtime]\nworker = "child"\n'
 
 
 def alive(pid: int) -> bool:
+    """Not yet a zombie its parent could reap: a killed leader shows "Z" while its other
+    threads are still exiting, and until they are gone the process has not ended."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][0] != "Z"
+            zombie = f.read().rsplit(") ", 1)[1][0] == "Z"
+        return not zombie or len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
         return False
 
@@ -162,3 +165,44 @@ def test_kill_9_server_leaves_no_worker(ws, state, tmp_path):
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+@pytest.mark.parametrize("sandbox", ["off", "auto"])
+async def test_a_killed_worker_takes_its_commands_with_it_and_their_operations_say_so(make_app, ws, sandbox):
+    policy = CHILD + f'[sandbox]\nmode = "{sandbox}"\n'
+    async with connect(make_app(policy=policy)) as client:
+        pid = (await serving(client))["pid"]
+        pipe = await call_ok(client, "exec", {"command": ["sleep", "291.37"], "yield_ms": 100, "operation_id": "lost-p"})
+        tty = await call_ok(client, "exec", {"command": ["bash", "--norc", "-i"], "tty": True, "yield_ms": 300,
+                                             "operation_id": "lost-t"})
+        assert pipe["running"] and tty["running"]
+        commands = _sleepers()
+        assert commands, "the sleep should be running"
+        os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(20):
+            while any(map(alive, commands)):
+                await anyio.sleep(0.05)
+            for operation_id in ("lost-p", "lost-t"):
+                while (record := await call_ok(client, "get_operation", {"operation_id": operation_id}))["status"] == "running":
+                    await anyio.sleep(0.05)
+                assert record["status"] == "interrupted" and "child worker running this command died" in record["error"]
+            while not (runtime := (await call_ok(client, "workspace_info"))["runtime"])["serving"]:
+                await anyio.sleep(0.05)
+        assert runtime["pid"] != pid
+        gone = await call_error(client, "read_output", {"session_id": pipe["session_id"]})
+        assert gone["code"] == "no_session"
+        again = await call_ok(client, "exec", {"command": ["echo", "still here"]})
+        assert again["output"] == "still here\n"
+
+
+def _sleepers() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read() == b"sleep\x00291.37\x00":
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found

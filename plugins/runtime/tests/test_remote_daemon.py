@@ -1,6 +1,6 @@
 """worker = "daemon": the server attaches to the workspace's daemon (codespace-worker start) for
-files and patches, says when it is gone, and reconnects once it is back. Scope: file operations
-and patches only (commands stay in the server, so sessions do not outlive it yet)."""
+files, patches and commands, says when it is gone, and reconnects once it is back; command
+sessions outlive the server that started them (test_daemon_sessions.py)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ async def test_files_and_patches_through_the_daemon_and_back_after_a_restart(dae
     assert started.returncode == 0, started.stderr
     async with connect(build_app(daemon_ws, state_dir=state)) as client:
         runtime = await serving(client)
-        assert runtime["worker"] == "daemon" and runtime["protocol"] == 5 and runtime["commands"] == "server"
+        assert runtime["worker"] == "daemon" and runtime["protocol"] == 5 and runtime["commands"] == "worker"
         daemon_pid = runtime["pid"]
         assert (await call_ok(client, "read_file", {"path": "a.txt"}))["content"] == "from the daemon\n"
         patched = await call_ok(client, "apply_patch", {

@@ -108,7 +108,7 @@ async def test_the_worker_refuses_what_its_own_policy_forbids(runner_worker):
         assert status["policy_digest"] == hashlib.sha256(runner_worker.policy.read_bytes()).hexdigest()
         assert client.welcome.policy_digest == status["policy_digest"]
         assert status["backends"] == {"filesystem": "fs", "patcher": "patch"}
-        assert status["serves"] == ["files", "patch"] and status["commands"] == "server"
+        assert status["serves"] == ["files", "patch", "commands"] and status["commands"] == "worker"
         assert (await client.call("ping", {}))[0] == {"pong": True}
     finally:
         await client.close()

@@ -1,0 +1,106 @@
+"""The server's side of the worker's command sessions: the contract's ``CommandSessions``,
+performed by the worker (``proc.*``), and the worker's notifications turned into store writes
+through the core's ``SessionRecords``.
+
+The arguments are the tool's, checked by the server's gateway; the worker judges them again.
+Results and errors come back as they would in-process (errors through ``errors_wire``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from .lifecycle import Worker
+from .remote import call_worker
+
+log = logging.getLogger(__name__)
+
+
+class RemoteSessions:
+    def __init__(self, worker: Worker, records: Any) -> None:
+        self.worker = worker
+        self.records = records
+        self._tasks: set[asyncio.Task] = set()
+        self._live: set[str] = set()
+        """Operations whose commands run in the worker (started, not yet ended)."""
+        worker.on_notification(self._notified)
+        worker.on_lost(self._lost)
+
+    # -- notifications -----------------------------------------------------------
+
+    def _notified(self, method: str, params: dict, fds: list[int]) -> None:
+        for fd in fds:
+            os.close(fd)
+        if method == "proc.started":
+            self._live.add(params["operation_id"])
+            self._spawn(self.records.started(params["operation_id"], params["pid"], params.get("start_ticks")))
+        elif method == "proc.ended":
+            self._live.discard(params["operation_id"])
+            self._spawn(self._ended(params))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _lost(self, reason: str) -> None:
+        """A child worker's connection dropped: the worker is gone, and so are its commands (they
+        die with it; the next worker also kills what its cgroups still hold, and starts now).
+        Their operations are marked interrupted. A daemon may still run its sessions: the next
+        connection adopts them again instead."""
+        if self.worker.mode != "child" or self.worker.stopped:
+            return
+        lost, self._live = self._live, set()
+        message = (f"the child worker running this command died ({reason}); its processes were ended with it. "
+                   "Run the command again with a new operation_id.")
+        for operation_id in lost:
+            self._spawn(self.records.lost(operation_id, message))
+        self._spawn(self._replace())
+
+    async def _replace(self) -> None:
+        try:
+            await self.worker.client()
+        except Exception as exc:  # noqa: BLE001 - said again by the next call, and in workspace_info
+            log.warning("no new worker after a loss: %s", exc)
+
+    async def _ended(self, params: dict) -> None:
+        await self.records.ended(params["operation_id"], params["status"], shutdown=bool(params.get("shutdown")))
+
+    # -- calls -------------------------------------------------------------------
+
+    async def _call(self, method: str, params: dict, what: str) -> dict:
+        return await call_worker(self.worker, method, params, what)
+
+    async def exec(self, params: dict, operation_id: str | None) -> dict:
+        return await self._call("proc.exec", {"args": params, "operation_id": operation_id}, "exec")
+
+    async def write_stdin(self, params: dict) -> dict:
+        return await self._call("proc.write_stdin", {"args": params}, "write_stdin")
+
+    async def read_output(self, params: dict) -> dict:
+        return await self._call("proc.read_output", {"args": params}, "read_output")
+
+    async def resize(self, params: dict) -> dict:
+        return await self._call("proc.resize", {"args": params}, "resize")
+
+    async def terminate(self, params: dict) -> dict:
+        return await self._call("proc.terminate", {"args": params}, "terminate")
+
+    async def list_sessions(self, params: dict) -> dict:
+        return await self._call("proc.list_sessions", {"args": params}, "list_sessions")
+
+    async def adopt(self) -> dict:
+        """Sessions a daemon worker holds whose server has gone: this server keeps their
+        operations running (it does not mark them interrupted) and records the ends nobody
+        heard of. A child worker is new with this server: nothing to adopt, nothing started."""
+        if self.worker.mode != "daemon":
+            return {"running": [], "ended": []}
+        return await self._call("proc.adopt", {}, "adopt sessions")
+
+    async def settled(self) -> None:
+        """Wait for the store writes of notifications already received (at shutdown)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,130 @@
+"""The worker's command sessions: the core's own session work (``gate.command_sessions``) on a
+registry of the worker, served as ``proc.*`` over protocol 5.
+
+The server's gateway has checked the call and recorded the operation; the worker judges the
+command and its directory again against the policy it loaded itself, builds the command line and
+environment from that policy and its own environment, takes its own sandbox decision and runs
+the command. What the operation store must hold goes back to the server as notifications to the
+connection that started the command (``proc.started``: its process group; ``proc.ended``: how a
+command whose exec call had returned ended). When that connection has gone (the server was
+killed), the end is kept until a server adopts the session (``proc.adopt``), so a daemon worker's
+sessions outlive the server that started them and are recorded by the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from codespace.contract import ToolError, gate
+
+from .errors_wire import NotRun
+from .service import Connection, current_connection
+
+log = logging.getLogger(__name__)
+
+# method -> the sessions' method; the paths each reads (judged again here)
+_METHODS = {
+    "proc.write_stdin": "write_stdin", "proc.read_output": "read_output", "proc.resize": "resize",
+    "proc.terminate": "terminate", "proc.list_sessions": "list_sessions",
+}
+
+
+class WorkerRecords:
+    """``SessionRecords`` of a worker: each event goes to the connection that owns the session."""
+
+    def __init__(self) -> None:
+        self.owners: dict[str, Connection] = {}
+        self.unheard: dict[str, dict] = {}
+        """Ends no connection has heard of yet: operation id -> notification params."""
+
+    async def started(self, operation_id: str, pid: int, start_ticks: int | None) -> None:
+        try:
+            owner = current_connection()  # the exec request's own connection
+        except LookupError:
+            return
+        self.owners[operation_id] = owner
+        await owner.notify("proc.started", {"operation_id": operation_id, "pid": pid, "start_ticks": start_ticks})
+
+    async def ended(self, operation_id: str, status: dict, *, shutdown: bool) -> None:
+        params = {"operation_id": operation_id, "status": status, "shutdown": shutdown}
+        owner = self.owners.pop(operation_id, None)
+        if owner is not None and owner.is_open:
+            await owner.notify("proc.ended", params)
+        else:
+            self.unheard[operation_id] = params
+
+    def adopt(self, connection: Connection, live: list[str]) -> dict:
+        """Make ``connection`` the owner of every session whose owner has gone; hand it the ends
+        nobody heard of. What it takes it must record (or keep running, for live ones)."""
+        taken = []
+        for operation_id in live:
+            owner = self.owners.get(operation_id)
+            if owner is None or not owner.is_open:
+                self.owners[operation_id] = connection
+                taken.append(operation_id)
+        ended, self.unheard = list(self.unheard.values()), {}
+        return {"running": taken, "ended": ended}
+
+
+class _Judge:
+    def __init__(self, workspace: Any) -> None:
+        self.workspace = workspace
+        self.root = str(workspace.root)
+
+    def exec(self, args: Mapping[str, Any]) -> None:
+        command = args.get("command")
+        if not isinstance(command, (list, str)):
+            raise NotRun(ToolError("proc.exec refused by the worker: params.args.command must be an argv list or a "
+                                   "shell string", code="bad_params"))
+        if isinstance(command, list) and not all(isinstance(a, str) for a in command):
+            raise NotRun(ToolError("proc.exec refused by the worker: argv items must be strings", code="bad_params"))
+        refusal = gate.command_refusal(self.workspace, command)
+        cwd = args.get("cwd")
+        if refusal is None and cwd is not None:
+            if not isinstance(cwd, str) or not cwd.startswith("/") or gate.normalize(cwd, self.root) != cwd:
+                raise NotRun(ToolError(f"proc.exec refused by the worker: cwd {cwd!r} is not an absolute, normalised "
+                                       "path (the server sends the directory it resolved)", code="bad_params"))
+            refusal = gate.path_syntax_refusal(cwd) or gate.paths_refusal(self.workspace.paths, read=[cwd])
+        if refusal is not None:
+            raise NotRun(refusal)
+
+
+def session_handlers(workspace: Any, backends: Any) -> tuple[dict, Any, WorkerRecords]:
+    """The ``proc.*`` handlers, the registry (enter ``registry.running()`` for the worker's
+    life) and the records."""
+    records = WorkerRecords()
+    sessions, registry = gate.command_sessions(workspace, backends, records)
+    judge = _Judge(workspace)
+
+    def params_of(params: dict, key: str = "args") -> dict:
+        value = params.get(key, {})
+        if not isinstance(value, dict):
+            raise NotRun(ToolError(f"the worker needs params.{key} as an object", code="bad_params"))
+        return value
+
+    async def exec_(params: dict, fds: list[int]) -> dict:
+        for fd in fds:
+            os.close(fd)
+        args = params_of(params)
+        operation_id = params.get("operation_id")
+        if operation_id is not None and not isinstance(operation_id, str):
+            raise NotRun(ToolError("the worker needs params.operation_id as a string or null", code="bad_params"))
+        judge.exec(args)
+        return await sessions.exec(args, operation_id)
+
+    def forward(name: str):  # noqa: ANN202
+        async def handle(params: dict, fds: list[int]) -> dict:
+            return await getattr(sessions, name)(params_of(params))
+
+        return handle
+
+    async def adopt(params: dict, fds: list[int]) -> dict:
+        live = [s.operation_id for s in registry.sessions() if s.operation_id is not None and s.detached
+                and not s.settled.is_set()]
+        return records.adopt(current_connection(), live)
+
+    handlers = {"proc.exec": exec_, "proc.adopt": adopt, **{m: forward(n) for m, n in _METHODS.items()}}
+    return handlers, registry, records
