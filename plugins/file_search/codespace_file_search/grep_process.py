@@ -3,8 +3,10 @@
 Records are read with a ceiling: rg prints a whole line per match, so one huge line
 (a minified bundle) would otherwise become one huge allocation here. A record
 longer than ``max_record`` is dropped as it streams past and reported instead.
-rg leads its own session, so stopping it (cancel, time-out, the budget reached)
-kills everything it started.
+rg leads its own process group, so stopping it (cancel, time-out, the budget reached)
+kills everything it started. A group, not a session: with the kernel's autogroup
+scheduling a new session is a new scheduling group, and rg in one ran measurably slower
+on a loaded machine than in ours (benchmarks/README.md, grep).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class RgRun:
         self.failure: list[bytes] = []  # rg's messages: files it could not read, a bad regex
         self.proc = subprocess.Popen(
             argv, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={},
-            start_new_session=True, close_fds=True,
+            process_group=0, close_fds=True,
         )
         self._stderr = threading.Thread(target=self._read_stderr, name="rg-stderr", daemon=True)
         self._stderr.start()
@@ -112,7 +114,7 @@ class RgRun:
             raise Stopped("timeout")
 
     def stop(self, *, kill: bool) -> int:
-        """Reap rg (killing its session first when ``kill``: it was stopped early) and
+        """Reap rg (killing its process group first when ``kill``: it was stopped early) and
         return its exit status."""
         if kill and self.proc.poll() is None:
             try:
