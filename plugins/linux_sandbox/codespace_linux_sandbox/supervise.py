@@ -155,8 +155,12 @@ def reraise_or_code(code: int, received: list[int]) -> int:
     """The helper's own exit: the command's code, or its terminating signal re-raised."""
     signum = -code if code < 0 else (code - 128 if code > 128 and code - 128 in received else 0)
     if signum:
-        _signal.signal(signum, _signal.SIG_DFL)
-        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {signum})
+        # SIGKILL has no disposition to reset (sigaction refuses it: EINVAL) and cannot be blocked.
+        # The command dies of it when the host kills the sandbox's processes before the helper (a
+        # keeper's kill_tree: descendants first), or when the parent-death deadline expires.
+        if signum != _signal.SIGKILL:
+            _signal.signal(signum, _signal.SIG_DFL)
+            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {signum})
         posix.kill(posix.getpid(), signum)
     return code if code >= 0 else 128 - code
 

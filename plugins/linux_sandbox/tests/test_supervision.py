@@ -14,7 +14,7 @@ from codespace_linux_sandbox.backend import may_make_pid_namespaces
 from codespace_linux_sandbox.limits import cannot_enforce
 from conftest import live_pids_in, require_engine
 
-from codespace.processes.kill import kill_session
+from codespace.processes.kill import kill_session, kill_tree
 
 
 def _status(returncode: int) -> int:
@@ -101,6 +101,23 @@ def test_nothing_survives_a_killed_helper(sandbox_env):
     while live_pids_in([f"sleep {marker}"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert live_pids_in([f"sleep {marker}"]) == []
+
+
+def test_a_sandbox_killed_before_its_helper_ends_the_helper_by_sigkill(sandbox_env):
+    """A keeper's SIGKILL (the fast path's helper, every session of a worker) kills the
+    descendants first (kill_tree) and the helper's group after, so the helper can see bwrap or
+    the command die of SIGKILL. Re-raising it asked sigaction for SIGKILL's disposition, which
+    the kernel refuses: the helper printed "failed: [Errno 22] Invalid argument" and exited 125
+    (seen on every timeout of a long command in a daemon worker). Now it dies of SIGKILL too."""
+    proc = sandbox_env.popen(["/bin/sh", "-c", "echo ready; while :; do sleep 0.05; done"])
+    try:
+        _wait_for(proc, b"ready")
+        assert kill_tree(proc.pid) > 0  # the helper itself is not its own descendant: it lives on
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, err)
+    assert b"codespace-linux-sandbox" not in err, err
 
 
 def _require_own_pid_namespace(engine: str) -> None:
