@@ -23,6 +23,15 @@ Section ``read_file``: the MCP ``read_file`` call on a small file, p50, through 
 ``workspace_info`` that the child server's worker is serving (else the benchmark fails).
 
     .venv/bin/python benchmarks/worker_bench.py --section read_file [--rounds 7] [--calls 300]
+
+Sections ``exec`` and ``pty``, the same way: ``exec`` of ``true`` (p50 ms; sandboxed by the default
+policy in both, so the worker's own sandbox launcher is measured against the server's), and a
+terminal's throughput (MiB/s: ``tty`` exec printing about 4 MiB, ``lossless``, drained with
+read_output; median of ``calls // 20`` runs per round). Targets (issue 14): exec at most 1.2x,
+PTY throughput at least 0.8x in-process.
+
+    .venv/bin/python benchmarks/worker_bench.py --section exec [--rounds 5] [--calls 100]
+    .venv/bin/python benchmarks/worker_bench.py --section pty [--rounds 5] [--calls 60]
 """
 
 from __future__ import annotations
@@ -175,13 +184,67 @@ async def protocol(rounds: int, calls: int) -> dict:
 READ_TEXT = "hello from a small file\n" * 4
 
 
-async def _read_file_round(ws: str, state: str, policy: str, worker: str, calls: int) -> float:
+PTY_BYTES = 4 * MIB
+PTY_COMMAND = f"head -c {PTY_BYTES * 3 // 4} /dev/zero | base64 -w 76"  # about PTY_BYTES of output
+
+
+async def _exec_true(client, worker: str, calls: int) -> float:
+    samples = []
+    for i in range(5 + calls):
+        start = time.perf_counter()
+        result = await client.call_tool("exec", {"command": ["true"]})
+        elapsed = (time.perf_counter() - start) * 1000
+        if result.is_error or result.structured_content["exit_code"] != 0:
+            raise SystemExit(f"exec true with worker={worker} failed: {result.content[0].text[:300]}")
+        if i >= 5:
+            samples.append(elapsed)
+    return statistics.median(samples)
+
+
+async def _pty_throughput(client, worker: str, calls: int) -> float:
+    """MiB/s of terminal output delivered through read_output (lossless: every byte)."""
+    rates = []
+    for _ in range(max(1, calls // 20)):
+        start = time.perf_counter()
+        got = (await client.call_tool("exec", {"command": PTY_COMMAND, "tty": True, "lossless": True,
+                                               "yield_ms": 0, "max_bytes": 1_000_000})).structured_content
+        total = len(got["output"])
+        while got.get("session_id"):
+            got = (await client.call_tool("read_output", {"session_id": got["session_id"], "wait_ms": 1000,
+                                                          "max_bytes": 1_000_000})).structured_content
+            if got is None:
+                raise SystemExit(f"read_output with worker={worker} failed")
+            total += len(got["output"])
+        elapsed = time.perf_counter() - start
+        if got["exit_code"] != 0 or total < PTY_BYTES * 0.9:
+            raise SystemExit(f"the terminal run with worker={worker} ended {got['exit_code']} after {total} bytes")
+        rates.append(total / MIB / elapsed)
+    return statistics.median(rates)
+
+
+async def _read_file(client, worker: str, calls: int) -> float:
+    samples = []
+    for i in range(20 + calls):
+        start = time.perf_counter()
+        result = await client.call_tool("read_file", {"path": "a.txt"})
+        elapsed = (time.perf_counter() - start) * 1000
+        if result.is_error or result.structured_content["content"] != READ_TEXT:
+            raise SystemExit(f"read_file with worker={worker} failed: {result.content[0].text[:300]}")
+        if i >= 20:
+            samples.append(elapsed)
+    return statistics.median(samples)
+
+
+WORKLOADS = {"read_file": _read_file, "exec": _exec_true, "pty": _pty_throughput}
+
+
+async def _round(ws: str, state: str, policy: str, worker: str, calls: int, workload: str) -> float:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
     params = StdioServerParameters(command=sys.executable, args=[
         "-m", "codespace", "serve", "--workspace", ws, "--state-dir", state, "--policy", policy,
-    ], env={**os.environ, "CODESPACE_PLUGINS_ALLOW": "fs,runtime"})
+    ], env={**os.environ, "CODESPACE_PLUGINS_ALLOW": "fs,runtime,pty,linux_sandbox"})
     async with Client(params) as client:
         for _ in range(50):  # the worker starts with the server; wait until it serves
             info = (await client.call_tool("workspace_info", {})).structured_content
@@ -193,21 +256,13 @@ async def _read_file_round(ws: str, state: str, policy: str, worker: str, calls:
             await asyncio.sleep(0.1)
         else:
             raise SystemExit(f"the child worker never served ({runtime}): benchmark failed")
-        samples = []
-        for i in range(20 + calls):
-            start = time.perf_counter()
-            result = await client.call_tool("read_file", {"path": "a.txt"})
-            elapsed = (time.perf_counter() - start) * 1000
-            if result.is_error or result.structured_content["content"] != READ_TEXT:
-                raise SystemExit(f"read_file with worker={worker} failed: {result.content[0].text[:300]}")
-            if i >= 20:
-                samples.append(elapsed)
+        found = await WORKLOADS[workload](client, worker, calls)
         if worker == "child" and not (await client.call_tool("workspace_info", {})).structured_content["runtime"]["serving"]:
             raise SystemExit("the child worker stopped serving during the run: benchmark failed")
-    return statistics.median(samples)
+    return found
 
 
-async def read_file_section(rounds: int, calls: int) -> dict:
+async def server_section(rounds: int, calls: int, workload: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "ws").mkdir()
@@ -220,22 +275,24 @@ async def read_file_section(rounds: int, calls: int) -> dict:
         for r in range(rounds):
             order = ("off", "child") if r % 2 == 0 else ("child", "off")
             for worker in order:
-                p50s[worker].append(await _read_file_round(str(root / "ws"), str(root / f"state-{worker}"),
-                                                           str(policies[worker]), worker, calls))
-    return {"p50_ms": {w: round(statistics.median(v), 4) for w, v in p50s.items()},
+                p50s[worker].append(await _round(str(root / "ws"), str(root / f"state-{worker}"),
+                                                 str(policies[worker]), worker, calls, workload))
+    return {"p50_ms": {w: round(statistics.median(v), 4) for w, v in p50s.items()},  # MiB/s for pty
             "per_round_ms": {w: [round(x, 4) for x in v] for w, v in p50s.items()}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--section", choices=["protocol", "read_file"], default="protocol")
+    parser.add_argument("--section", choices=["protocol", *WORKLOADS], default="protocol")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=400)
     args = parser.parse_args()
-    if args.section == "read_file":
-        found = asyncio.run(read_file_section(args.rounds, args.calls))
+    if args.section in WORKLOADS:
+        found = asyncio.run(server_section(args.rounds, args.calls, args.section))
         off, child = found["p50_ms"]["off"], found["p50_ms"]["child"]
-        print(f"read_file p50: in-process {off:.3f} ms  child worker {child:.3f} ms  | child/in-process {child / off:.2f}x")
+        unit = "MiB/s" if args.section == "pty" else "ms"
+        print(f"{args.section} median: in-process {off:.3f} {unit}  child worker {child:.3f} {unit}  | "
+              f"child/in-process {child / off:.2f}x")
         print(json.dumps({"section": args.section, **found, "ratio": round(child / off, 3), "load": os.getloadavg()[0]}))
         return
     results = asyncio.run(protocol(args.rounds, args.calls))

@@ -207,10 +207,14 @@ def codespace_runner(workspace: WorkspaceView, local: Backends) -> Backends | No
     whether a worker is used; the plugin implements the mode it finds there). A plugin
     that performs the workspace's side effects in another process returns backends that
     forward to it; what it does not forward it answers from ``local``. The core takes
-    ``filesystem()`` and ``patcher()`` from the result; command sessions (``terminal()``,
-    ``sandbox()``) and the sandbox decision stay in the server for now. The result may also have ``status() -> dict``
-    (JSON values: ``worker``, ``serving``, ``protocol``, ``serves``, ``commands``, ...),
-    which ``workspace_info`` shows as ``runtime``.
+    ``filesystem()`` and ``patcher()`` from the result, and, when the result has
+    ``sessions(records) -> CommandSessions``, runs the command tools there (the worker then
+    builds, judges, sandboxes and tracks the commands; ``records``, the core's
+    ``SessionRecords``, takes their starts and ends into the operation store). An optional
+    ``adopt()`` on those sessions returns the operations a worker still runs for a server that
+    has gone; the core keeps them running instead of marking them interrupted. The result may
+    also have ``status() -> dict`` (JSON values: ``worker``, ``serving``, ``protocol``,
+    ``serves``, ``commands``, ...), which ``workspace_info`` shows as ``runtime``.
 
     Inside the worker process the plugin must return None: it *is* the runner there, and
     its own entry point tells it so.
@@ -222,7 +226,7 @@ def codespace_runner(workspace: WorkspaceView, local: Backends) -> Backends | No
         side effects run in the server process).
 
     Runs in: the server, once per workspace, when a backend is first needed.
-    Version: 0.2.
+    Version: 0.2; command sessions (``sessions``, ``adopt``) since 0.2.1 (additive).
 
     .. note:: Stops at the first non-None result.
     """

@@ -58,7 +58,8 @@ class RemoteSessions:
                    "Run the command again with a new operation_id.")
         for operation_id in lost:
             self._spawn(self.records.lost(operation_id, message))
-        self._spawn(self._replace())
+        if lost:  # a new worker at once: at its start it kills what the dead one's cgroups still hold
+            self._spawn(self._replace())
 
     async def _replace(self) -> None:
         try:
