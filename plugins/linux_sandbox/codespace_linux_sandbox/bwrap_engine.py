@@ -7,7 +7,8 @@ PID namespace and stay its parent (:mod:`.supervise`). The command's own child i
 bwrap builds the namespaces, mounts, capabilities and seccomp filter itself; nothing of this
 package runs inside. With the network off the Unix-socket broker's filter is added to the
 helper's own thread right before it spawns bwrap (so bwrap and the command inherit it), and a
-broker thread of the helper serves it (:mod:`.unix_broker`): no process of ours inside.
+broker thread of the helper serves it (:mod:`.broker_filter`, then :mod:`.unix_broker`): no
+process of ours inside.
 """
 
 
@@ -117,12 +118,12 @@ def _identity_and_proc_args(hs: dict, identity: BwrapIdentity | None) -> list[st
 
 def _start_broker(hs: dict) -> None:
     """The network is off: the broker's filter on this thread (bwrap inherits it) and its thread."""
-    from . import unix_broker
+    from . import broker_filter
 
     policy = hs["policy"]
     roots = [w for w in policy["writable"] if w != "/"] + bwrap_argv.private_tmp_dirs(policy, hs["command"]["env"])
     try:
-        unix_broker.install_before_spawn({
+        broker_filter.install_before_spawn({
             "listed": policy.get("allow_unix_sockets") or {}, "roots": roots,
             "excluded": [*policy["protected"], *policy["deny_read"]], "listen": False})
     except OSError as exc:

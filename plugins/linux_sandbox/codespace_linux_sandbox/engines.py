@@ -16,7 +16,7 @@ engine          server, once per server         per-command helper              
                 (user, pid, ipc and net         (mount plan, placeholders, proxy     mounts, ``--cap-drop``,
                 namespaces; can it mount        route, bwrap as PID 1 of the         ``--seccomp``); network off:
                 ``/proc``)                      helper's namespace, signals)         the broker's filter, inherited
-                                                                                     (``unix_broker:install_before_spawn``)
+                                                                                     (``broker_filter:install_before_spawn``)
 ``landlock``    ``engine_choice:landlock_abi``  ``landlock_engine:run_in_helper``    ``landlock_child:confine_and_exec``
                 (the kernel's Landlock ABI)     (ruleset, private TMPDIR, fork,      (capabilities, no_new_privs,
                                                 subreaper, signals)                  Landlock, seccomp, exec)
@@ -49,7 +49,7 @@ class Engine:
 
 ENGINES = {
     "bubblewrap": Engine(
-        "bubblewrap", server="engine_choice:probe_bwrap", helper="bwrap_engine:run_in_helper", child="unix_broker:install_before_spawn"),
+        "bubblewrap", server="engine_choice:probe_bwrap", helper="bwrap_engine:run_in_helper", child="broker_filter:install_before_spawn"),
     "landlock": Engine(
         "landlock", server="engine_choice:landlock_abi", helper="landlock_engine:run_in_helper",
         child="landlock_child:confine_and_exec"),

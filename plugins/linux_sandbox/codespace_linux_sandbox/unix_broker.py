@@ -1,7 +1,8 @@
 """The Unix-socket broker of every command run with the network off: seccomp user notification.
 
-Runs in the per-command helper (the broker, a thread) and in the command's process or, under
-bubblewrap, in the helper just before it spawns bwrap (:func:`install`, the filter).
+Runs in the per-command helper (the broker, a thread) and, under Landlock, in the command's
+process (:func:`install`, the filter). Under bubblewrap the filter and the broker's thread start
+from :mod:`.broker_filter`, which imports this module on that thread only.
 
 The ``restricted`` filter allows ``socket()`` for AF_UNIX stream and seqpacket sockets only and
 leaves ``connect``, datagram ``socketpair`` and (Landlock) ``listen`` to a second filter that
@@ -31,74 +32,25 @@ import socket
 import struct
 import threading
 
-from . import unix_inside
+from . import broker_filter, unix_inside
+from .broker_filter import NR, install_before_spawn, program  # noqa: F401 - the broker's filter, here too
 
-SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
 SYS_PIDFD_OPEN = 434
 SYS_PIDFD_GETFD = 438
-NR = {"x86_64": {"connect": 42, "socketpair": 53, "listen": 50},
-      "aarch64": {"connect": 203, "socketpair": 199, "listen": 201}}
-AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-SECCOMP_SET_MODE_FILTER = 1
-SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
-SECCOMP_RET_ALLOW, SECCOMP_RET_USER_NOTIF = 0x7FFF0000, 0x7FC00000
 NOTIF_RECV, NOTIF_SEND, NOTIF_ID_VALID = 0xC0502100, 0xC0182101, 0x40082102
-PR_SET_NO_NEW_PRIVS = 38
 PIDFD_THREAD = os.O_EXCL
 NOTIF_SIZE, RESP_SIZE = 80, 24
 SUN_PATH_MAX = 108
-SOCK_DGRAM, SOCK_RAW = 2, 3
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
 
 
-def program(listen: bool) -> bytes:
-    """connect, datagram socketpair (and ``listen``) -> USER_NOTIF; everything else allowed (the
-    other filter decides the rest, and kills a foreign architecture)."""
-    machine = os.uname().machine
-    nr = NR[machine]
-    ld_abs, jeq, ret, and_k = 0x20, 0x15, 0x06, 0x54
-
-    def op(code: int, jt: int, jf: int, k: int) -> bytes:
-        return struct.pack("=HBBI", code, jt, jf, k)
-
-    # Jump offsets count from the next instruction: 10 is "allow", 11 is "notify".
-    body = [
-        op(ld_abs, 0, 0, 4),  # 0: seccomp_data.arch
-        op(jeq, 0, 8, AUDIT_ARCH[machine]),  # 1: else allow
-        op(ld_abs, 0, 0, 0),  # 2: seccomp_data.nr
-        op(jeq, 7, 0, nr["connect"]),  # 3: notify
-        op(jeq, 6 if listen else 5, 0, nr["listen"]),  # 4: notify when brokered, else allow
-        op(jeq, 0, 4, nr["socketpair"]),  # 5: else allow
-        op(ld_abs, 0, 0, 16 + 8 * 1),  # 6: args[1], low half: the type and its flags
-        op(and_k, 0, 0, 0xF),  # 7: the type
-        op(jeq, 2, 0, SOCK_DGRAM),  # 8: notify
-        op(jeq, 1, 0, SOCK_RAW),  # 9: notify (SOCK_RAW on AF_UNIX is a datagram socket)
-        op(ret, 0, 0, SECCOMP_RET_ALLOW),  # 10
-        op(ret, 0, 0, SECCOMP_RET_USER_NOTIF),  # 11
-    ]
-    return b"".join(body)
-
-
-def _install_filter(listen: bool) -> int:
-    """Add the notifying filter to the calling thread; its listener (close-on-exec)."""
-    code = program(listen)
-    buffer = ctypes.create_string_buffer(code, len(code))
-    fprog = struct.pack("=H6xQ", len(code) // 8, ctypes.addressof(buffer))
-    fprog_buffer = ctypes.create_string_buffer(fprog, len(fprog))
-    listener = _libc.syscall(ctypes.c_long(SYS_SECCOMP[os.uname().machine]), ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
-                             ctypes.c_uint(SECCOMP_FILTER_FLAG_NEW_LISTENER), fprog_buffer)
-    if listener < 0:
-        raise OSError(ctypes.get_errno(), f"installing the Unix socket broker failed: {os.strerror(ctypes.get_errno())}")
-    return listener
-
-
 def install(channel: int, listen: bool) -> None:
     """In the command's process (Landlock), after every other filter and right before exec: add
     the notifying filter and send its listener to the helper over ``channel`` (a stream socket)."""
-    listener = _install_filter(listen)
+    listener = broker_filter.install_filter(listen)
     try:
         # family, type and protocol given: a bare fileno= would ask getsockopt()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fileno=os.dup(channel)) as sock:
@@ -106,30 +58,6 @@ def install(channel: int, listen: bool) -> None:
     finally:
         os.close(listener)
         os.close(channel)
-
-
-def install_before_spawn(rules: dict) -> threading.Thread:
-    """In the helper (bubblewrap), on the thread that is about to spawn bwrap: the filter goes on
-    this thread, so bwrap and the command inherit it; a broker thread serves it. This thread does
-    no connect, socketpair or listen of its own afterwards."""
-    handed: list[int] = []
-    ready = threading.Event()
-
-    def run() -> None:
-        ready.wait()
-        if handed:
-            serve(handed[0], rules)
-
-    # Started first: a thread inherits its creator's filters, and the broker must not be under its own.
-    thread = threading.Thread(target=run, daemon=True, name="codespace-unix-broker")
-    thread.start()
-    try:
-        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:  # bwrap sets it for the command anyway
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-        handed.append(_install_filter(bool(rules.get("listen"))))
-    finally:
-        ready.set()
-    return thread
 
 
 def receive(channel: int) -> int | None:
