@@ -115,6 +115,9 @@ class Workspace:
         # Other workspaces' stores and tokens: hidden from every workspace, whoever serves it.
         extra += [PathRule(split_parts(str(r)), "none", "CodeSpace state root") for r in state_roots()
                   if not (root_path == r or root_path.is_relative_to(r))]
+        if policy.runtime.daemon_dir:
+            daemon_dir = os.path.realpath(policy.runtime.daemon_dir)
+            extra.append(PathRule(split_parts(daemon_dir), "none", "CodeSpace worker directory (runtime.daemon_dir)"))
         if resolved_policy is not None:
             extra.append(PathRule(split_parts(str(resolved_policy)), "read", "CodeSpace policy file"))
         gitdir = _gitdir_of(root_path)

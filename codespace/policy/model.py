@@ -208,10 +208,22 @@ class StorePolicy(_Strict):
 
 class RuntimePolicy(_Strict):
     worker: Literal["off", "child", "daemon"] = "off"
-    """Where the workspace's file operations and patches run: "off" in the server process,
-    "child" in a hardened worker the server starts (and restarts) and that dies with it,
-    "daemon" in a worker started with ``codespace-worker start`` that the server attaches to.
-    Command sessions stay in the server whichever is chosen."""
+    """Where the workspace's file operations, patches and command sessions run: "off" in the
+    server process, "child" in a hardened worker the server starts (and restarts) and that dies
+    with it, "daemon" in a worker started with ``codespace-worker start`` that the server attaches
+    to (its sessions outlive the server)."""
+    daemon_dir: str | None = None
+    """Where the daemon worker keeps its socket, pid file and tokens (absolute; default
+    ``<state dir>/worker``). Set it when the server runs as another user than the worker, so its
+    state directory is its own: both read this from the policy. Hidden from the agent and from
+    sandboxed commands, like the state directory."""
+
+    @field_validator("daemon_dir")
+    @classmethod
+    def _daemon_dir(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or "\0" in value):
+            raise ValueError(f"daemon_dir {value!r} must be an absolute path")
+        return value
 
 
 class Policy(_Strict):

@@ -7,6 +7,7 @@ start-up (token file, socket placement, workspace), 3 ``status``: not running.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 
@@ -64,7 +65,9 @@ def _daemon_command(args: argparse.Namespace) -> int:
     from .client import WorkerError
 
     try:
-        where = daemon.placement(args.workspace, args.token_file)
+        # A server of another uid (--allow-uid) must reach the socket: the directory is made 0711.
+        shared = any(uid != os.geteuid() for uid in args.allow_uids) if args.command == "start" else None
+        where = daemon.placement(args.workspace, args.token_file, shared=shared)
         if args.command == "status":
             return _print_status(daemon.status(where), args.json)
         if args.command == "start":

@@ -38,20 +38,51 @@ class Placement:
     log_file: Path
 
 
-def placement(workspace: str | os.PathLike[str], token_file: str | None = None) -> Placement:
-    """Where this workspace's daemon keeps its files, found the way the server finds its state
-    directory (``CODESPACE_STATE_DIR`` or the default for the workspace)."""
-    view = gate.open_workspace(workspace)
-    directory = sockets.socket_dir(view.ensure_state_dir())
+def placement(workspace: str | os.PathLike[str], token_file: str | None = None, *,
+              shared: bool | None = None) -> Placement:
+    """Where this workspace's daemon keeps its files: ``runtime.daemon_dir`` of the workspace's
+    policy, else ``<state dir>/worker`` (the state directory found the way the server finds it:
+    ``CODESPACE_STATE_DIR`` or the default for the workspace). ``shared`` (``start``): a server of
+    another uid attaches, so the directory is made 0711, else 0700; None (``status``, ``stop``):
+    either is accepted as found."""
+    view = gate.open_workspace(workspace, policy_path=os.environ.get("CODESPACE_WORKER_POLICY") or None)
+    chosen = view.policy.runtime.daemon_dir
+    directory = Path(chosen) if chosen else Path(view.ensure_state_dir()) / sockets.SOCKET_DIR
+    directory = sockets.shared_dir(directory, make_shared=shared) if shared is not False else sockets.own_dir(directory)
     return Placement(root=Path(view.root), directory=directory, socket=directory / sockets.SOCKET_NAME,
                      pid_file=directory / PID_FILE,
                      token_file=Path(token_file) if token_file else directory / TOKEN_FILE,
                      log_file=directory / LOG_FILE)
 
 
-def lock_pid_file(path: Path) -> int:
-    """Lock ``path`` and write our pid in it; the descriptor holds the lock until we exit."""
+def client_token(directory: Path) -> Path:
+    """The token file a server of this uid reads: its own copy when the daemon made one
+    (``token.<uid>``, for a server of another uid), else the daemon's."""
+    own = directory / f"{TOKEN_FILE}.{os.geteuid()}"
+    return own if os.path.lexists(own) else directory / TOKEN_FILE
+
+
+def copy_token_for(token_file: Path, uids: list[int]) -> None:
+    """Give each uid other than ours a copy of the token it alone may read (``token.<uid>``,
+    owned by it, 0600), so a server running as that uid can prove itself."""
+    token = tokens.load_token(token_file)
+    for uid in {u for u in uids if u != os.geteuid()}:
+        target = token_file.parent / f"{TOKEN_FILE}.{uid}"
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchown(fd, uid, -1)
+            os.fchmod(fd, 0o600)
+            os.write(fd, token + b"\n")
+        finally:
+            os.close(fd)
+
+
+def lock_pid_file(path: Path, *, shared: bool = False) -> int:
+    """Lock ``path`` and write our pid in it; the descriptor holds the lock until we exit.
+    ``shared``: readable by a server of another uid, which asks it whether a worker serves."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    if shared:
+        os.fchmod(fd, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -119,11 +150,14 @@ def start(where: Placement, allow_uids: list[int], *, runner: bool = True, foreg
     become the worker instead (for a service manager, which wants the process it started)."""
     tokens.create_token(where.token_file)
     tokens.load_token(where.token_file)  # refuse a bad token file here, not in the log
+    copy_token_for(where.token_file, allow_uids)
     pid = running_pid(where.pid_file)
     if pid is not None:
         raise sockets.AlreadyServing(f"a worker is already serving this workspace (pid {pid}, socket {where.socket})")
     argv = [sys.executable, "-m", "codespace_runtime.cli", "serve", "--workspace", str(where.root),
             "--socket", str(where.socket), "--token-file", str(where.token_file)]
+    if allow_uids:  # the list replaces the default: keep this uid, which checks the start and stops it
+        allow_uids = sorted({os.geteuid(), *allow_uids})
     for uid in allow_uids:
         argv += ["--allow-uid", str(uid)]
     if not runner:

@@ -316,14 +316,17 @@ class DaemonAttachment(Worker):
     mode = "daemon"
 
     async def _connect(self) -> WorkerClient:
-        # The server's own state directory (it may have been given --state-dir), daemon.py's names.
-        directory = sockets.socket_dir(self.workspace.ensure_state_dir())
+        # runtime.daemon_dir when the operator set it (a daemon of another uid), else the server's
+        # own state directory (it may have been given --state-dir); daemon.py's names.
+        chosen = self.workspace.policy.runtime.daemon_dir
+        directory = (sockets.client_dir(chosen) if chosen
+                     else sockets.socket_dir(self.workspace.ensure_state_dir()))
         pid = daemon.running_pid(directory / daemon.PID_FILE)
         if pid is None:
             raise WorkerError(f"no daemon serves {self.workspace.root} (no live {directory / daemon.PID_FILE}). "
                               f"To proceed: run codespace-worker start --workspace {self.workspace.root}")
         self.pid = pid
-        token = tokens.load_token(directory / daemon.TOKEN_FILE)
+        token = tokens.load_token(daemon.client_token(directory))
         sock = await asyncio.to_thread(sockets.connect, directory / sockets.SOCKET_NAME)
         try:
             return await WorkerClient.connect(sock, token, CLIENT_NAME)

@@ -35,7 +35,12 @@ class AlreadyServing(PlacementError):
 def socket_dir(state_dir: str | os.PathLike[str]) -> Path:
     """``<state_dir>/worker``, created 0700 if absent, refused unless it is a real directory
     owned by this uid that nobody else may enter."""
-    path = Path(state_dir) / SOCKET_DIR
+    return own_dir(Path(state_dir) / SOCKET_DIR)
+
+
+def own_dir(path: Path) -> Path:
+    """``path`` created 0700 if absent, refused unless it is a real directory owned by this uid
+    that nobody else may enter."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -45,8 +50,53 @@ def socket_dir(state_dir: str | os.PathLike[str]) -> Path:
     return path
 
 
-def open_dir(path: str | os.PathLike[str]) -> int:
-    """An ``O_PATH`` descriptor of the socket directory, after checking it (no link followed)."""
+SHARED_DIR_MODE = 0o711
+"""A daemon directory shared with a server of another uid: that uid may reach the socket by its
+name, not list or change the directory. The peer check (``--allow-uid``) and the token fence the
+socket itself."""
+
+
+def shared_dir(path: str | os.PathLike[str], *, make_shared: bool | None = True) -> Path:
+    """``path`` (``runtime.daemon_dir``, or the state directory's ``worker`` for a server of
+    another uid), refused unless it is a real directory owned by this uid that nobody else may
+    list or write. ``make_shared``: create it (or open up an existing 0700 one) as 0711; None:
+    take it as found (created 0700 if absent)."""
+    path = Path(path)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    fd = open_dir(path, shared=True)
+    try:
+        if make_shared:  # the checked directory itself, through its descriptor (never a swapped-in link)
+            os.chmod(f"/proc/self/fd/{fd}", SHARED_DIR_MODE)
+    finally:
+        os.close(fd)
+    return path
+
+
+def client_dir(path: str | os.PathLike[str]) -> Path:
+    """The daemon's directory as a server of another uid checks it before it trusts a worker
+    there with the workspace's data: a real directory nobody but its owner may write (else an
+    impostor could have put its own socket there)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PlacementError(f"worker directory {path} cannot be used: {exc.strerror or exc}. To proceed: start "
+                             "the daemon (codespace-worker start) with the same policy.") from None
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if info.st_mode & 0o022:
+        raise PlacementError(f"worker directory {path} refused: its mode is {stat.S_IMODE(info.st_mode):04o}, so "
+                             "others may write in it. To proceed: chmod 711 it (the daemon creates it so).")
+    return Path(path)
+
+
+def open_dir(path: str | os.PathLike[str], *, shared: bool = False) -> int:
+    """An ``O_PATH`` descriptor of the socket directory, after checking it (no link followed).
+    ``shared``: others may traverse it (mode 0711), never list or write it."""
     try:
         fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -58,8 +108,8 @@ def open_dir(path: str | os.PathLike[str]) -> int:
     problem = None
     if info.st_uid != os.geteuid():
         problem = f"it belongs to uid {info.st_uid}, not to this worker's uid {os.geteuid()}"
-    elif info.st_mode & 0o077:
-        problem = f"its mode is {stat.S_IMODE(info.st_mode):04o}; others may enter it"
+    elif info.st_mode & (0o066 if shared else 0o077):
+        problem = f"its mode is {stat.S_IMODE(info.st_mode):04o}; others may " + ("list or write it" if shared else "enter it")
     if problem is not None:
         os.close(fd)
         raise PlacementError(f"socket directory {path} refused: {problem}. To proceed: remove it "
@@ -78,13 +128,14 @@ def address(dir_fd: int, path: Path) -> str:
     return short
 
 
-def bind_listener(directory: str | os.PathLike[str], name: str = SOCKET_NAME) -> tuple[socket.socket, tuple]:
+def bind_listener(directory: str | os.PathLike[str], name: str = SOCKET_NAME, *,
+                  shared: bool = False) -> tuple[socket.socket, tuple]:
     """A listening socket at ``directory/name`` and its identity (for :func:`unlink_if_ours`).
     A stale socket there (one that refuses connections) is removed first; a live one raises
     :class:`AlreadyServing`; anything that is not a socket raises :class:`PlacementError` and
     is left alone."""
     path = Path(directory) / name
-    dir_fd = open_dir(directory)
+    dir_fd = open_dir(directory, shared=shared)
     try:
         _clear_stale(dir_fd, path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -97,6 +148,8 @@ def bind_listener(directory: str | os.PathLike[str], name: str = SOCKET_NAME) ->
             raise PlacementError(f"cannot bind the worker socket {path}: {exc.strerror}") from None
         finally:
             os.umask(previous)
+        if shared:  # another uid connects: its peer credentials and the token are checked instead
+            os.chmod(name, 0o666, dir_fd=dir_fd)
         sock.listen(LISTEN_BACKLOG)
         return sock, _identity(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
     finally:

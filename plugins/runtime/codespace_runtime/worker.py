@@ -77,9 +77,10 @@ def _serve_hardened(args: ServeArgs) -> int:
         return asyncio.run(_within(lifespan, _run_child(channel, token, handlers, status, str(view.root), digest,
                                                         allowed)))
     path = Path(args.socket)
-    lock_fd = daemon.lock_pid_file(path.parent / daemon.PID_FILE)
+    shared = any(uid != os.geteuid() for uid in allowed)  # a server of another uid attaches
+    lock_fd = daemon.lock_pid_file(path.parent / daemon.PID_FILE, shared=shared)
     try:
-        listener, identity = sockets.bind_listener(path.parent, path.name)
+        listener, identity = sockets.bind_listener(path.parent, path.name, shared=shared)
         try:
             _log.info("serving %s on %s for uid(s) %s", view.root, path, ", ".join(map(str, allowed)))
             asyncio.run(_within(lifespan, _run_listener(listener, token, handlers, status, str(view.root), digest,
