@@ -16,12 +16,12 @@ after the last line) takes the line-by-line path, which runs the four passes of
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
 
 from .diagnose import context_hint, lines_hint
 from .errors import ApplyError
 from .line_endings import Lines
 from .parser import Chunk
+from .records import Record
 from .seek import Seeker
 
 
@@ -75,13 +75,18 @@ class TextLines:
         return offset
 
 
-@dataclass(slots=True)
-class Rewrite:
+class Rewrite(Record):
+    __slots__ = ("old", "new", "kept")
     old: Lines | TextLines
     new: Lines | TextLines
     # Runs of lines carried over unchanged, as (old start, new start, length):
     # what the unified diff needs to know, without diffing 20,000 lines again.
     kept: list[tuple[int, int, int]]
+
+    def __init__(self, old: Lines | TextLines, new: Lines | TextLines, kept: list[tuple[int, int, int]]) -> None:
+        self.old = old
+        self.new = new
+        self.kept = kept
 
     def text(self) -> str:
         return self.new.render()

@@ -9,17 +9,24 @@ the file, LF when there is none. After an update every line is terminated.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from .records import Record
 
 _TERMINATOR = re.compile(r"(\r\n|\r|\n)")
 
 
-@dataclass(slots=True)
-class Lines:
+class Lines(Record):
+    __slots__ = ("texts", "terms", "preferred", "terminated")
     texts: list[str]
     terms: list[str]  # "\n", "\r\n", "\r", or "" for an unterminated last line
     preferred: str
-    terminated: bool = False  # known to hold no "" term (saves a scan of 20,000 strings)
+    terminated: bool  # known to hold no "" term (saves a scan of 20,000 strings)
+
+    def __init__(self, texts: list[str], terms: list[str], preferred: str, terminated: bool = False) -> None:
+        self.texts = texts
+        self.terms = terms
+        self.preferred = preferred
+        self.terminated = terminated
 
     @classmethod
     def parse(cls, text: str) -> Lines:

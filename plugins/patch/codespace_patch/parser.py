@@ -8,9 +8,10 @@ wrapper was removed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import LINE_PREFIXES, VALID_HEADERS, ParseError
+from .records import Record
 from .rust_text import is_blank, trim, trim_end
 
 BEGIN = "*** Begin Patch"
@@ -27,15 +28,22 @@ FIRST_LINE = "The first line of the patch must be '*** Begin Patch'"
 LAST_LINE = "The last line of the patch must be '*** End Patch'"
 
 
-@dataclass(slots=True)
-class Chunk:
+class Chunk(Record):
     """One ``@@`` chunk: an optional context header and its diff lines as
     ``(kind, text)`` pairs, kind being ``" "``, ``"-"`` or ``"+"``."""
 
+    __slots__ = ("context", "line", "lines", "end_of_file")
     context: str
     line: int
-    lines: list[tuple[str, str]] = field(default_factory=list)
-    end_of_file: bool = False
+    lines: list[tuple[str, str]]
+    end_of_file: bool
+
+    def __init__(self, context: str, line: int, lines: list[tuple[str, str]] | None = None,
+                 end_of_file: bool = False) -> None:
+        self.context = context
+        self.line = line
+        self.lines = [] if lines is None else lines
+        self.end_of_file = end_of_file
 
     @property
     def old(self) -> list[str]:
@@ -46,34 +54,38 @@ class Chunk:
         return [text for kind, text in self.lines if kind != "-"]
 
 
-@dataclass(frozen=True, slots=True)
-class AddFile:
+class AddFile(NamedTuple):
     path: str
     contents: str
     line: int
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteFile:
+class DeleteFile(NamedTuple):
     path: str
     line: int
 
 
-@dataclass(slots=True)
-class UpdateFile:
+class UpdateFile(Record):
+    __slots__ = ("path", "line", "move_to", "chunks", "closed_by_eof")
     path: str
     line: int
-    move_to: str | None = None
-    chunks: list[Chunk] = field(default_factory=list)
-    # Set after '*** End of File': only blank lines or a new '@@' may follow.
-    closed_by_eof: bool = False
+    move_to: str | None
+    chunks: list[Chunk]
+    closed_by_eof: bool  # set after '*** End of File': only blank lines or a new '@@' may follow
+
+    def __init__(self, path: str, line: int, move_to: str | None = None, chunks: list[Chunk] | None = None,
+                 closed_by_eof: bool = False) -> None:
+        self.path = path
+        self.line = line
+        self.move_to = move_to
+        self.chunks = [] if chunks is None else chunks
+        self.closed_by_eof = closed_by_eof
 
 
 Section = AddFile | DeleteFile | UpdateFile
 
 
-@dataclass(frozen=True, slots=True)
-class Patch:
+class Patch(NamedTuple):
     sections: tuple[Section, ...]
     environment_id: str | None = None
 

@@ -8,12 +8,12 @@ upstream's, whichever store is used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from .applying import Rewrite, rewrite
 from .errors import NO_FILES, ApplyError, rust_utf8_error
 from .parser import AddFile, DeleteFile, Patch, Section, UpdateFile
+from .records import Record
 
 
 class StoreFailure(Exception):
@@ -47,22 +47,35 @@ class Store(Protocol):
 Action = Literal["add", "update", "delete", "move"]
 
 
-@dataclass(slots=True)
-class Done:
+class Done(Record):
     """One section that succeeded."""
 
+    __slots__ = ("action", "shown", "path", "move_from", "before", "after", "rewrite")
     action: Action
     shown: str  # the path as the summary prints it
     path: str  # absolute
-    move_from: str | None = None
-    before: bytes | None = None  # for the diff
-    after: bytes | None = None
-    rewrite: Rewrite | None = None
+    move_from: str | None
+    before: bytes | None  # for the diff
+    after: bytes | None
+    rewrite: Rewrite | None
+
+    def __init__(self, action: Action, shown: str, path: str, move_from: str | None = None,
+                 before: bytes | None = None, after: bytes | None = None, rewrite: Rewrite | None = None) -> None:
+        self.action = action
+        self.shown = shown
+        self.path = path
+        self.move_from = move_from
+        self.before = before
+        self.after = after
+        self.rewrite = rewrite
 
 
-@dataclass(slots=True)
-class Run:
-    done: list[Done] = field(default_factory=list)
+class Run(Record):
+    __slots__ = ("done",)
+    done: list[Done]
+
+    def __init__(self, done: list[Done] | None = None) -> None:
+        self.done = [] if done is None else done
 
     def summary(self) -> str:
         letters = {"add": "A", "update": "M", "move": "M", "delete": "D"}

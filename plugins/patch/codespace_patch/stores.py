@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import errno
 import posixpath
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from codespace.contract import FsError, normalize
 
@@ -27,6 +26,7 @@ if TYPE_CHECKING:
 # helper applies most patches without them.
 
 from .errors import rust_io_error
+from .records import Record
 from .sections import StoreFailure
 
 # Errnos a plain read can produce upstream too; their text is Rust's. Anything
@@ -108,14 +108,17 @@ class DirectStore:
             return None
 
 
-@dataclass(slots=True)
-class _Entry:
+class _Entry(Record):
+    __slots__ = ("original", "current")
     original: bytes | None  # None: absent before the patch
     current: bytes | None
 
+    def __init__(self, original: bytes | None, current: bytes | None) -> None:
+        self.original = original
+        self.current = current
 
-@dataclass(frozen=True, slots=True)
-class Change:
+
+class Change(NamedTuple):
     path: str
     old: bytes | None  # None: the file did not exist
     new: bytes | None  # None: the file is deleted
