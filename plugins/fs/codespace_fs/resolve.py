@@ -30,8 +30,7 @@ import logging
 import os
 import stat
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from codespace.contract import FsError
 
@@ -48,8 +47,7 @@ Need = Literal["read", "write"]
 Mode = Literal["openat2", "openat"]
 
 MODE_ENV = "CODESPACE_FS_RESOLVER"
-@dataclass
-class Opened:
+class Opened(NamedTuple):
     """An fd for the object a path reached, and the path the policy judged it by."""
 
     fd: int

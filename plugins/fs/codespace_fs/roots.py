@@ -7,7 +7,7 @@ the component walk in :mod:`.openat_walk`) stand on it without importing each ot
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 O_CLOEXEC = os.O_CLOEXEC
 O_PATH = os.O_PATH
@@ -15,8 +15,9 @@ O_DIR = os.O_DIRECTORY
 O_NOFOLLOW = os.O_NOFOLLOW
 
 
-@dataclass(frozen=True)
-class Root:
+# NamedTuples rather than dataclasses, here and for resolve.Opened: a dataclass compiles its
+# methods when the module loads (1-2 ms each), which the one-shot patch helper pays at start.
+class Root(NamedTuple):
     """The directory a path is confined to: the workspace root, or the deepest
     policy entry granting access to a path outside it."""
 
