@@ -15,7 +15,7 @@ from itertools import compress, repeat
 
 from . import query as q
 
-_BLANK_EDGES = " \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"  # what str.isspace() holds among ASCII
+_BLANK_EDGES = " \t\n\x0c\r"  # nucleo's ASCII whitespace (matcher._edges), which an anchored atom skips
 
 
 def single_anchored(query: q.Query) -> q.Atom | None:

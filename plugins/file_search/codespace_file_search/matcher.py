@@ -216,13 +216,30 @@ def _trace(diags: list[list[bool]], pfs: list[list[bool]], i: int, j: int) -> li
         j -= 1
 
 
+_ASCII_BLANKS = frozenset(" \t\n\x0c\r")  # Rust's u8::is_ascii_whitespace: not \x0b, not \x1c-\x1f
+
+
+def _blank(c: str, ascii_hay: bool) -> bool:
+    """Whitespace as nucleo trims it: the ASCII set above in an ASCII path, the Unicode
+    White_Space property in any other (Python's isspace also holds \x1c-\x1f)."""
+    if ascii_hay:
+        return c in _ASCII_BLANKS
+    return c.isspace() and not "\x1c" <= c <= "\x1f"
+
+
 def _edges(hay: Hay, n: str) -> tuple[int, int]:
     """(leading, trailing) whitespace of the path that an anchored atom skips."""
     text = hay.text
-    if not (text[:1].isspace() or text[-1:].isspace()):
+    ascii_hay = hay.ascii
+    if not text or not (_blank(text[0], ascii_hay) or _blank(text[-1], ascii_hay)):
         return 0, 0
-    lead = 0 if n[:1].isspace() else len(text) - len(text.lstrip())
-    trail = 0 if n[-1:].isspace() else len(text) - len(text.rstrip())
+    lead = trail = 0
+    if not n[:1].isspace():
+        while lead < len(text) and _blank(text[lead], ascii_hay):
+            lead += 1
+    if not n[-1:].isspace():
+        while trail < len(text) and _blank(text[-1 - trail], ascii_hay):
+            trail += 1
     if lead == len(text):
         lead = trail = 0  # an all-blank path: nucleo counts no blanks at all
     return lead, trail

@@ -19,9 +19,9 @@ from itertools import chain
 
 from . import query as q
 
-# What an anchored atom may skip at the path's ends: what matcher._edges skips (str.isspace),
-# but a tab or newline, which no line here holds (see Buffer).
-_BLANKS = "[ \\x0b\\x0c\\r\\x1c-\\x1f]*"
+# What an anchored atom may skip at the ends of an ASCII path (matcher._edges): nucleo's ASCII
+# whitespace but the tab and newline, which no line here holds (see Buffer).
+_BLANKS = "[ \\x0c\\r]*"
 _INDEX = "[^\\n\\t]*+\\t(\\d+)"  # the rest of the line, and its entry index
 NAME, NAME_FUZZY = "name", "name-fuzzy"  # kinds that judge an entry's name, not its path
 _SUFFIXES: list[str] = []  # "\\t<n>\\n" for every n so far: formatting them per walk cost more than the join
@@ -90,9 +90,9 @@ class Buffer:
         return list(map(int, pattern.findall(self.text)))
 
     def blank_edged(self) -> set[int]:
-        """Entries whose path starts or ends with a blank (``str.isspace``; never a tab or newline here)."""
+        """Entries whose path starts or ends with a blank (as ``_BLANKS``)."""
         if self._blank_edged is None:
-            blank = "[ \\x0b\\x0c\\r\\x1c-\\x1f]"
+            blank = "[ \\x0c\\r]"
             found = re.findall(f"\\n{blank}[^\\n\\t]*\\t(\\d+)|{blank}\\t(\\d+)", self.text)
             self._blank_edged = {int(a or b) for a, b in found}
         return self._blank_edged
