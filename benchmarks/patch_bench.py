@@ -28,6 +28,17 @@ Contenders:
 
 ``--processes`` times only the whole processes (``codex``, ``helper`` and the
 interpreter's floor): more runs in the same time, for the helper's ratio.
+
+``--before DIR`` adds ``helper before``: the helper of another checkout of CodeSpace in
+``DIR`` (e.g. ``git archive REV | tar -x -C DIR``), its own core and plugins, started the
+same way with this environment's third-party packages, in the same interleaved runs.
+
+``--startup`` times the helper's start-up instead, as whole processes started as the
+helper is (same interpreter, flags, path and environment), each stage adding one step of
+the helper's road to the previous one: the interpreter; the standard-library modules the
+core's gate and plugin machinery load; the gate's workspace; the file-system backend
+chosen by the core; the patch modules; the whole helper on the big case. Wall and CPU
+medians, interleaved.
 """
 
 from __future__ import annotations
@@ -119,12 +130,22 @@ def expect(root: Path, want: dict[str, bytes]) -> None:
             raise SystemExit(f"benchmark result differs from codex's in {rel}")
 
 
-def timed_process(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+# name -> CPU seconds (user + system) of each whole-process run: on a shared machine the
+# processor time a contender used moves less with the load than its wall time does.
+CPU: dict[str, list[float]] = {}
+
+
+def timed_process(argv: list[str], cwd: Path, env: dict[str, str], name: str | None = None) -> float:
     start = time.perf_counter()
-    done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr = child.stderr.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{argv[0]} failed: {done.stderr.decode()[:500]}")
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed: {stderr.decode()[:500]}")
+    if name is not None:
+        CPU.setdefault(name, []).append(usage.ru_utime + usage.ru_stime)
     return elapsed
 
 
@@ -185,11 +206,61 @@ async def mcp_call(client, patch: str) -> float:  # noqa: ANN001
     return elapsed
 
 
+def _other_checkout(helper_cmd: list[str], other: Path) -> list[str]:
+    """The helper's command with this checkout's core and plugin directories on its path
+    replaced by those of ``other`` (the third-party packages stay this environment's)."""
+    if not (other / "codespace" / "__init__.py").is_file():
+        raise SystemExit(f"patch_bench: {other} is not a CodeSpace checkout (no codespace/__init__.py)")
+    boot = helper_cmd[-1]
+    for directory in [REPO, *sorted((REPO / "plugins").iterdir())]:
+        mirrored = other / directory.relative_to(REPO)
+        boot = boot.replace(repr(str(directory)), repr(str(mirrored)))
+    return [*helper_cmd[:-1], boot]
+
+
+def _stage_code(boot: str, step: str) -> str:
+    """``boot`` (the helper's ``python -c`` line) with its work replaced by ``step``, leaving as
+    the helper does (``os._exit``: no interpreter teardown)."""
+    return boot.split(";from codespace_patch.cli import")[0] + ";" + step + ";import os;os._exit(0)"
+
+
+STAGES = {
+    "interpreter (pass)": "pass",
+    "+ stdlib the core loads": "import re, typing, dataclasses, pathlib, logging, inspect",
+    "+ gate.open_workspace": "import re, typing, dataclasses, pathlib, logging, inspect;"
+                             "from codespace.contract import gate;w=gate.open_workspace('.')",
+    "+ gate.filesystem": "from codespace.contract import gate;w=gate.open_workspace('.');"
+                         "gate.filesystem(w, [('fs', 'codespace_fs.plugin'), ('patch', 'codespace_patch.plugin')])",
+    "+ patch modules": "from codespace.contract import gate;w=gate.open_workspace('.');"
+                       "gate.filesystem(w, [('fs', 'codespace_fs.plugin'), ('patch', 'codespace_patch.plugin')]);"
+                       "import codespace_patch.cli, codespace_patch.loop_free, codespace_patch.sections",
+}
+
+
+def startup_stages(helper_cmd: list[str], env: dict[str, str], base: Path, runs: int) -> None:
+    files, patch = big_file_case()
+    root = base / "stages"
+    times: dict[str, list[float]] = {}
+    for _ in range(runs):
+        reset(root, files)
+        for name, step in STAGES.items():
+            times.setdefault(name, []).append(
+                timed_process([*helper_cmd[:-1], _stage_code(helper_cmd[-1], step)], root, env, name))
+        times.setdefault("whole helper, big case", []).append(
+            timed_process([*helper_cmd, patch], root, env, "whole helper, big case"))
+    print(f"\nhelper start-up by stage ({runs} interleaved runs, medians)")
+    for name, values in times.items():
+        print(f"  {name:28s} wall {statistics.median(values) * 1000:7.1f} ms   cpu "
+              f"{statistics.median(CPU[name]) * 1000:7.1f} ms")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--backend", choices=["auto", "test", "real"], default="auto")
     parser.add_argument("--processes", action="store_true", help="time only codex, the helper and python's floor")
+    parser.add_argument("--before", metavar="DIR", help="also time the helper of the CodeSpace checkout in DIR")
+    parser.add_argument("--startup", action="store_true", help="time the helper's start-up stage by stage, only")
     args = parser.parse_args()
     backend = ("real" if real_fs_installed() else "test") if args.backend == "auto" else args.backend
     if backend == "test":
@@ -208,16 +279,24 @@ def main() -> int:
     home.mkdir()
     codex_env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     helper_cmd = helper_argv(backend)
+    before_cmd = _other_checkout(helper_cmd, Path(args.before)) if args.before else None
     h_env = helper_env(str(base / "helper-state"), str(home), backend)
     print(f"patch_bench: {args.runs} interleaved runs, medians in ms; FileSystem backend: "
           f"{'codespace-fs' if backend == 'real' else 'tests/plugins patch_testfs (plain os calls)'}; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    if args.startup:
+        try:
+            startup_stages(helper_cmd, h_env, base, args.runs)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        return 0
 
     async def run_case(name: str, files: dict[str, str], patch: str) -> None:
         root = base / "ws"
         times: dict[str, list[float]] = {k: [] for k in
-                                         ("codex", "helper", "python -I -S (floor)", "in-server atomic",
+                                         ("codex", "helper", "helper before", "python -I -S (floor)", "in-server atomic",
                                           "in-server upstream", "mcp call", "raw rewrites (floor)")}
+        CPU.clear()
         reset(root, files)
         timed_process([str(codex), "--codex-run-as-apply-patch", patch], root, codex_env)
         want = {rel: (root / rel).read_bytes() for rel in files}
@@ -231,11 +310,16 @@ def main() -> int:
         async with connect(app) as client:
             for _ in range(args.runs):
                 reset(root, files)
-                times["codex"].append(timed_process([str(codex), "--codex-run-as-apply-patch", patch], root, codex_env))
+                times["codex"].append(timed_process([str(codex), "--codex-run-as-apply-patch", patch], root, codex_env,
+                                                    "codex"))
                 reset(root, files)
-                times["helper"].append(timed_process([*helper_cmd, patch], root, h_env))
+                times["helper"].append(timed_process([*helper_cmd, patch], root, h_env, "helper"))
                 expect(root, want)
-                times["python -I -S (floor)"].append(timed_process(PYTHON_FLOOR, root, h_env))
+                if before_cmd is not None:
+                    reset(root, files)
+                    times["helper before"].append(timed_process([*before_cmd, patch], root, h_env, "helper before"))
+                    expect(root, want)
+                times["python -I -S (floor)"].append(timed_process(PYTHON_FLOOR, root, h_env, "python -I -S (floor)"))
                 if args.processes:
                     continue
                 for mode in ("atomic", "upstream"):
@@ -253,10 +337,12 @@ def main() -> int:
         size = sum(len(t.encode()) for t in files.values()) // 1024
         print(f"\n{name}  ({len(files)} file(s), {size} KB; patch {patch.count(chr(10)) + 1} lines / "
               f"{len(patch.encode()) // 1024} KB)")
+        cpu = {k: statistics.median(v) * 1000 for k, v in CPU.items()}
         for key, value in medians.items():
             ratio = value / medians["codex"]
             spread = f"[{min(times[key]) * 1000:.1f} .. {max(times[key]) * 1000:.1f}]"
-            print(f"  {key:20s} {value:8.1f} ms  {ratio:5.2f}x codex  {spread}")
+            used = f"  cpu {cpu[key]:6.1f} ms {cpu[key] / cpu['codex']:5.2f}x" if key in cpu else ""
+            print(f"  {key:20s} {value:8.1f} ms  {ratio:5.2f}x codex  {spread}{used}")
 
     try:
         asyncio.run(run_case("one 20,000-line file, 200 chunks", *big_file_case()))
