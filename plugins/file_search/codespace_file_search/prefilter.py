@@ -24,7 +24,8 @@ from . import query as q
 _BLANKS = "[ \\x0c\\r]*"
 _INDEX = "[^\\n\\t]*+\\t(\\d+)"  # the rest of the line, and its entry index
 NAME, NAME_FUZZY = "name", "name-fuzzy"  # kinds that judge an entry's name, not its path
-_SUFFIXES: list[str] = []  # "\\t<n>\\n" for every n so far: formatting them per walk cost more than the join
+_SUFFIXES: list[str] = []  # "\\t<n>\\n" for n so far: formatting them per walk cost more than the join
+_SUFFIXES_KEPT = 200_000  # past this many (about 12 MB kept), the rest is formatted per walk
 
 
 def _subsequence(needle: str) -> str:
@@ -55,16 +56,19 @@ def _pattern(kind: str, needle: str) -> re.Pattern:
 
 
 class Buffer:
-    """The walk's paths, lowered, a line ``<path>\\t<entry index>`` each (the search finds a match's first character fast, and
-    the index follows it on its line). Entries that are not ASCII, or hold a newline or a
-    tab (which would blur the line or its index), are listed in ``other`` instead."""
+    """The walk's paths, lowered, a line ``<path>\\t<entry index>`` each (the search finds a
+    match's first character fast, and the index follows it on its line). Entries that are not
+    ASCII, or hold a newline or a tab (which would blur the line or its index), are listed in
+    ``other`` instead."""
 
     def __init__(self, entries: list[tuple[str, str, bool]]) -> None:
         paths = [entry[0] for entry in entries]
         size = len(paths)
-        while len(_SUFFIXES) < size:
-            _SUFFIXES.extend(f"\t{n}\n" for n in range(len(_SUFFIXES), max(size, 2 * len(_SUFFIXES))))
-        text = "\n" + "".join(chain.from_iterable(zip(paths, _SUFFIXES)))
+        while len(_SUFFIXES) < min(size, _SUFFIXES_KEPT):
+            _SUFFIXES.extend(f"\t{n}\n" for n in range(len(_SUFFIXES), min(max(size, 2 * len(_SUFFIXES)), _SUFFIXES_KEPT)))
+        suffixes = _SUFFIXES if size <= len(_SUFFIXES) else \
+            chain(_SUFFIXES, map("\t{}\n".format, range(len(_SUFFIXES), size)))
+        text = "\n" + "".join(chain.from_iterable(zip(paths, suffixes)))
         self.other: list[int] = []
         if not (text.isascii() and text.count("\n") == size + 1 and text.count("\t") == size):
             lines = ["\n"]
