@@ -7,7 +7,8 @@ A helper started alone pays for every module it imports on every command: ``ctyp
 ``select`` and ``threading`` cost a per-command helper more than the rest of its start together
 (``-X importtime``: ``socket`` alone pulls in ``enum`` and ``selectors``). So the filter goes on
 through ``_ctypes`` (:mod:`.libc`) and the broker's thread comes from ``_thread``; that thread
-imports :mod:`.unix_broker` itself, while bwrap builds the sandbox in another process. A call the
+runs the serve function it is handed (the bwrap engine's, which imports :mod:`.unix_broker` on
+that thread), while bwrap builds the sandbox in another process. A call the
 filter notifies before the broker is ready waits for it; none is lost.
 """
 
@@ -75,7 +76,7 @@ def install_filter(listen: bool) -> int:
     return listener
 
 
-def install_before_spawn(rules: dict) -> None:
+def install_before_spawn(rules: dict, serve: "Callable[[int, dict], None]") -> None:
     """In the helper (bubblewrap), on the thread that is about to spawn bwrap: the filter goes on
     this thread, so bwrap and the command inherit it; a broker thread serves it. This thread does
     no connect, socketpair or listen of its own afterwards."""
@@ -86,9 +87,7 @@ def install_before_spawn(rules: dict) -> None:
     def run() -> None:
         go.acquire()  # the GIL is free meanwhile: this thread costs the spawn nothing
         if handed:
-            from . import unix_broker
-
-            unix_broker.serve(handed[0], rules)
+            serve(handed[0], rules)  # it loads the broker's modules on this thread
 
     # Started first: a thread inherits its creator's filters, and the broker must not be under its own.
     _thread.start_new_thread(run, ())

@@ -125,9 +125,16 @@ def _start_broker(hs: dict) -> None:
     try:
         broker_filter.install_before_spawn({
             "listed": policy.get("allow_unix_sockets") or {}, "roots": roots,
-            "excluded": [*policy["protected"], *policy["deny_read"]], "listen": False})
+            "excluded": [*policy["protected"], *policy["deny_read"]], "listen": False}, _serve_broker)
     except OSError as exc:
         raise supervise.SandboxSetupError(f"cannot broker Unix socket calls: {exc}") from None
+
+
+def _serve_broker(fd: int, rules: dict) -> None:
+    """The broker thread's work, loaded there (its modules cost the spawning thread nothing)."""
+    from . import unix_broker
+
+    unix_broker.serve(fd, rules)
 
 
 class _HardenDuringSetup:
