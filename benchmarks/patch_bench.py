@@ -254,14 +254,31 @@ def startup_stages(helper_cmd: list[str], env: dict[str, str], base: Path, runs:
               f"{statistics.median(CPU[name]) * 1000:7.1f} ms")
 
 
-def main() -> int:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--backend", choices=["auto", "test", "real"], default="auto")
     parser.add_argument("--processes", action="store_true", help="time only codex, the helper and python's floor")
     parser.add_argument("--before", metavar="DIR", help="also time the helper of the CodeSpace checkout in DIR")
     parser.add_argument("--startup", action="store_true", help="time the helper's start-up stage by stage, only")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def _report(name: str, files: dict[str, str], patch: str, times: dict[str, list[float]]) -> None:
+    medians = {k: statistics.median(v) * 1000 for k, v in times.items() if v}
+    size = sum(len(t.encode()) for t in files.values()) // 1024
+    print(f"\n{name}  ({len(files)} file(s), {size} KB; patch {patch.count(chr(10)) + 1} lines / "
+          f"{len(patch.encode()) // 1024} KB)")
+    cpu = {k: statistics.median(v) * 1000 for k, v in CPU.items()}
+    for key, value in medians.items():
+        ratio = value / medians["codex"]
+        spread = f"[{min(times[key]) * 1000:.1f} .. {max(times[key]) * 1000:.1f}]"
+        used = f"  cpu {cpu[key]:6.1f} ms {cpu[key] / cpu['codex']:5.2f}x" if key in cpu else ""
+        print(f"  {key:20s} {value:8.1f} ms  {ratio:5.2f}x codex  {spread}{used}")
+
+
+def main() -> int:
+    args = _arguments()
     backend = ("real" if real_fs_installed() else "test") if args.backend == "auto" else args.backend
     if backend == "test":
         sys.path.insert(0, str(TEST_PLUGINS))
@@ -333,16 +350,7 @@ def main() -> int:
                 expect(mcp_root, want)
                 reset(root, files)
                 times["raw rewrites (floor)"].append(raw_rewrites(root, want))
-        medians = {k: statistics.median(v) * 1000 for k, v in times.items() if v}
-        size = sum(len(t.encode()) for t in files.values()) // 1024
-        print(f"\n{name}  ({len(files)} file(s), {size} KB; patch {patch.count(chr(10)) + 1} lines / "
-              f"{len(patch.encode()) // 1024} KB)")
-        cpu = {k: statistics.median(v) * 1000 for k, v in CPU.items()}
-        for key, value in medians.items():
-            ratio = value / medians["codex"]
-            spread = f"[{min(times[key]) * 1000:.1f} .. {max(times[key]) * 1000:.1f}]"
-            used = f"  cpu {cpu[key]:6.1f} ms {cpu[key] / cpu['codex']:5.2f}x" if key in cpu else ""
-            print(f"  {key:20s} {value:8.1f} ms  {ratio:5.2f}x codex  {spread}{used}")
+        _report(name, files, patch, times)
 
     try:
         asyncio.run(run_case("one 20,000-line file, 200 chunks", *big_file_case()))
