@@ -96,6 +96,12 @@ class Backends:
         serve = getattr(remote, "sessions", None)
         return local if serve is None else serve(self.records)
 
+    def tool_runner(self) -> Any:
+        """The runner that runs ``runs_on_workspace`` tools (``run_tool(name, params,
+        operation_id)``), or None: they run here."""
+        remote = self._remote()
+        return remote if callable(getattr(remote, "run_tool", None)) else None
+
     def commands_remote(self) -> bool:
         """Do commands run in a worker (so this server's own registry stays idle)?"""
         try:

@@ -285,6 +285,13 @@ class Gateway:
             (needs.write if need == "write" else needs.read).append(absolute)
         return args.model_copy(update=updates), needs
 
+    def judged(self, tool: ToolDefinition, args: BaseModel, call: ToolCall) -> BaseModel:
+        """``args`` with their paths resolved, after the policy's checks (raises Refused): what a
+        process running the tool in the server's stead (a worker) applies again."""
+        args, needs = self._resolve_paths(tool, args)
+        self._check(tool, args, call, needs)
+        return args
+
     def _check(self, tool: ToolDefinition, args: BaseModel, call: ToolCall, static: Needs) -> None:
         needs = static
         if tool.needs is not None:
@@ -333,10 +340,21 @@ class Gateway:
 
     # -- running ------------------------------------------------------------------
 
+    async def _handle(self, tool: ToolDefinition, args: BaseModel, call: ToolCall) -> BaseModel:
+        """The handler's result, from the worker when one serves the workspace and the tool acts
+        on the workspace itself (the others reach it through backends the worker serves)."""
+        if tool.runs_on_workspace:
+            runner = self.backends.tool_runner()
+            if runner is not None:
+                data = await runner.run_tool(tool.name, args.model_dump(mode="json", exclude={"operation_id"}),
+                                             call.operation_id)
+                return tool.result.model_validate(data)
+        return await tool.handler(call, args)
+
     async def _run(self, tool: ToolDefinition, args: BaseModel, call: ToolCall) -> Outcome:
         operation_id = call.operation_id
         try:
-            result = await tool.handler(call, args)
+            result = await self._handle(tool, args, call)
         except anyio.get_cancelled_exc_class():
             if operation_id is not None:
                 with anyio.CancelScope(shield=True):

@@ -126,6 +126,10 @@ class ToolDefinition:
     needs: Callable[[Any, ToolCall], Needs] | None = None
     render: Callable[[Any], str] | None = None
     """Text shown to the agent on success (default: the structured result as JSON)."""
+    runs_on_workspace: bool = False
+    """The handler reads or changes the workspace itself (its own walker, a program run on the
+    files), not only through the backends: with a worker configured, the worker runs it (the
+    gateway still checks and records the call). Its result must survive a JSON round trip."""
 
     @property
     def side_effects(self) -> bool:

@@ -92,10 +92,12 @@ async def test_an_unprivileged_server_serves_every_tool_through_the_workspace_ow
             await _call(session, "move", {"source": "b.txt", "destination": "c.txt"})
             await _call(session, "remove", {"path": "c.txt"})
             assert not (ws / "c.txt").exists()
-            for tool, args in (("find_files", {"query": "a.txt"}), ("grep", {"pattern": "secret"}),
-                               ("stat", {"path": "a.txt"}), ("walk", {"path": "."})):
-                got = await session.call_tool(tool, args)
-                print(tool, got.is_error, got.content[0].text[:300])
+            found = await _call(session, "find_files", {"query": "a.txt"})
+            assert [f["path"] for f in found["files"]][:1] == ["a.txt"]
+            grepped = await _call(session, "grep", {"pattern": "secret"})
+            assert grepped["matches"][0]["path"].endswith("a.txt")
+            assert (await _call(session, "stat", {"path": "a.txt"}))["size"] == len("secret content\n")
+            assert any(e["path"].endswith("a.txt") for e in (await _call(session, "walk", {"path": "."}))["entries"])
             # The daemon's directory is hidden from the agent like the state directory.
             hidden = await session.call_tool("read_file", {"path": str(layout["base"] / "daemon" / "worker.pid")})
             assert hidden.is_error and "refused" in hidden.content[0].text

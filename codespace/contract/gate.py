@@ -28,7 +28,6 @@ from .errors import Refused
 if TYPE_CHECKING:
     from ..policy.paths import PathRules
     from .backends import Backends
-    from .commands import CommandSessions, SessionRecords
     from .files import FileSystem
     from .workspace import WorkspaceView
 
@@ -203,16 +202,3 @@ def command_refusal(workspace: WorkspaceView, command: list[str] | str) -> Refus
     if isinstance(command, list):
         return commands.check_argv(command)
     return commands.check_shell(command)
-
-
-def command_sessions(workspace: WorkspaceView, backends: Backends, records: SessionRecords) -> tuple[CommandSessions, Any]:
-    """The core's command sessions for a process that owns them in the server's stead (a
-    worker): the command tools' work on a registry of this process, reporting starts and ends
-    to ``records``. Returns (sessions, registry); ``async with registry.running():`` is the
-    registry's life (at entry it kills what a dead predecessor's commands left in their
-    cgroups under the state directory; at exit it ends every session)."""
-    from ..processes import ProcessRegistry
-    from ..tools.command_sessions import LocalSessions
-
-    registry = ProcessRegistry(workspace, backends, records)  # type: ignore[arg-type]
-    return LocalSessions(workspace, backends, registry), registry  # type: ignore[arg-type]

@@ -96,5 +96,5 @@ def find_files_tool() -> ToolDefinition:
                      "Hidden files are included; .gitignore applies inside git repositories and .ignore "
                      "everywhere; paths the policy hides never appear."),
         arguments=FindFilesArgs, result=FindFilesResult, handler=find_files, read_only=True,
-        paths={"path": "read"}, render=render,
+        paths={"path": "read"}, render=render, runs_on_workspace=True,  # its own walker: in a worker when one serves
     )

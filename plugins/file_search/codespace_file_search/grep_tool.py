@@ -141,4 +141,5 @@ def grep_tool() -> ToolDefinition:
     return ToolDefinition(
         name="grep", title="Search file contents", description=DESCRIPTION, arguments=GrepArgs,
         result=GrepResult, handler=grep, read_only=True, paths={"path": "read"}, render=render,
+        runs_on_workspace=True,  # rg on the files: in a worker when one serves
     )

@@ -16,9 +16,8 @@ from codespace.contract import (
     ReadFileResult, RemoveResult, StatResult, WalkResult, WriteFileResult,
 )
 
-from .client import WorkerCallError
-from .errors_wire import WIRE_KEY, exception_from_wire
 from .lifecycle import Worker
+from .worker_calls import call_worker
 
 
 class RemoteBackends:
@@ -62,23 +61,10 @@ class RemoteBackends:
     def status(self) -> dict[str, Any]:
         return self.worker.status()
 
-
-async def call_worker(worker: Worker, method: str, params: dict, what: str) -> dict:
-    try:
-        return await worker.call(method, params, what)
-    except WorkerCallError as exc:
-        wire = exc.data.get(WIRE_KEY)
-        if isinstance(wire, dict):
-            raise exception_from_wire(wire) from None
-        # The protocol's own refusal (unknown method, bad params, busy): a mismatch between the
-        # two sides, not the agent's request. Nothing ran unless the worker says it may have.
-        from codespace.contract import RunnerLost, ToolError
-
-        if not exc.dispatched:
-            raise RunnerLost(f"the worker refused {what}: {exc.message}", dispatched=False,
-                             details={"worker_code": exc.code}) from None
-        raise ToolError(f"the worker failed {what}: {exc.message}", code="worker_error",
-                        details={"worker_code": exc.code}) from None
+    async def run_tool(self, name: str, params: dict, operation_id: str | None) -> dict:
+        """A tool that acts on the workspace itself, run by the worker (``tool.run``)."""
+        return await call_worker(self.worker, "tool.run", {"name": name, "args": params,
+                                                           "operation_id": operation_id}, name)
 
 
 class RemoteFileSystem:

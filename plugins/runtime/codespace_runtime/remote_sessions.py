@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from .lifecycle import Worker
-from .remote import call_worker
+from .worker_calls import call_worker
 
 log = logging.getLogger(__name__)
 

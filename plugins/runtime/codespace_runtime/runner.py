@@ -21,7 +21,7 @@ from typing import Any
 
 from codespace.contract import (
     BackendMissing, ListDirRequest, MakeDirRequest, MoveRequest, PatchRequest, ReadFileRequest, Refused, RemoveRequest,
-    StatRequest, ToolError, WalkRequest, WriteFileRequest, gate,
+    StatRequest, ToolError, WalkRequest, WriteFileRequest, gate, hosting,
 )
 import anyio
 from pydantic import ValidationError
@@ -207,6 +207,25 @@ def _patch_handler(workspace: Any, backends: Any, judge: Judge) -> Handler:
     return apply
 
 
+def _tool_handler(host: Any) -> Handler:
+    """``tool.run``: a plugin's tool that acts on the workspace itself (``runs_on_workspace``),
+    judged again and run here."""
+
+    async def run(params: dict, fds: list[int]) -> dict:
+        _close(fds)
+        name, args, operation_id = params.get("name"), params.get("args", {}), params.get("operation_id")
+        if not isinstance(name, str) or not isinstance(args, dict) or not (operation_id is None or isinstance(operation_id, str)):
+            raise NotRun(ToolError("tool.run needs params {name: str, args: object, operation_id: str|null}",
+                                   code="bad_params"))
+        try:
+            prepared = host.prepare(name, args, operation_id)
+        except ToolError as exc:  # refused or not runnable here: nothing ran
+            raise NotRun(exc) from None
+        return await host.run(prepared)
+
+    return run
+
+
 def _agent_umask(value: str | None) -> None:
     """Take the server's umask for what the backends create for the agent, so a file written
     through the worker gets the mode it gets in-process (the hardening's 077 would make every
@@ -245,6 +264,7 @@ def handlers_for(
     handlers["patch.apply"] = _patch_handler(workspace, backends, judge)
     proc_handlers, registry, _records = session_handlers(workspace, backends)
     handlers.update(proc_handlers)
+    handlers["tool.run"] = _tool_handler(hosting.tool_host(workspace, backends))
     digest = policy_digest(workspace.policy_path)
     providers = getattr(backends, "providers", dict)()
 

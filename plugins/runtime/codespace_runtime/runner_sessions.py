@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from codespace.contract import ToolError, gate
+from codespace.contract import ToolError, gate, hosting
 
 from .errors_wire import NotRun
 from .service import Connection, current_connection
@@ -96,7 +96,7 @@ def session_handlers(workspace: Any, backends: Any) -> tuple[dict, Any, WorkerRe
     """The ``proc.*`` handlers, the registry (enter ``registry.running()`` for the worker's
     life) and the records."""
     records = WorkerRecords()
-    sessions, registry = gate.command_sessions(workspace, backends, records)
+    sessions, registry = hosting.command_sessions(workspace, backends, records)
     judge = _Judge(workspace)
 
     def params_of(params: dict, key: str = "args") -> dict:

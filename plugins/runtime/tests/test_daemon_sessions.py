@@ -115,7 +115,7 @@ def test_sessions_outlive_a_killed_server_and_are_shared(daemon, ws):
     first = daemon()
     counter = first.call("exec", {
         "command": "i=0; while [ $i -lt 400 ]; do echo line-$i; i=$((i+1)); sleep 0.02; done; echo finished",
-        "yield_ms": 200, "operation_id": "count-1"})
+        "yield_ms": 200, "timeout_ms": 600_000, "operation_id": "count-1"})
     assert counter["running"] is True
     shell = first.call("exec", {"command": ["bash", "--norc", "--noprofile", "-i"], "tty": True,
                                 "yield_ms": 500, "operation_id": "shell-1"})
