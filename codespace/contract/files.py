@@ -11,7 +11,6 @@ from typing_extensions import NotRequired, TypedDict
 from pydantic import Field
 
 from ..models import Strict
-from .sync_bytes import SyncFileBytes  # noqa: F401 - optional for a FileSystem; defined apart, without pydantic
 
 FileKind = Literal["file", "directory", "symlink", "fifo", "socket", "char_device", "block_device", "other"]
 
