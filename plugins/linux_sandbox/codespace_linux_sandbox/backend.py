@@ -194,7 +194,8 @@ class LinuxSandbox:
             cannot_enforce=[*cannot_enforce(choice.engine, abi, mount_proc=choice.mount_proc,
                                             pid_namespace=may_make_pid_namespaces(),
                                             unix_sockets=self.allow_unix_sockets,
-                                            walk_cut=self._protected.truncated()),
+                                            walk_cut=self._protected.truncated(),
+                                            protected_by_mounts=run_as.mounts_possible(self.run_as())),
                             *run_as.cannot_enforce(self.run_as(), self.root, choice.engine)]
             if choice.available else [],
             detail=detail,

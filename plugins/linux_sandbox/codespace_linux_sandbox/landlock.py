@@ -10,7 +10,8 @@ therefore *split*: the root itself gets only rights that suit every exception be
 (listing names; reading, when the exceptions are read-only), and each of its other
 entries gets the full rights, recursively along the path to the exception. Entries
 created later in a split directory get nothing, which is why, under this engine, a
-writable root that holds protected names does not allow new entries directly in it.
+writable root that holds protected names does not allow new entries directly in it, unless
+the helper is root and read-only mounts keep those names instead (:mod:`.landlock_mounts`).
 
 ``/proc`` stays readable (commands need ``/proc/self``; other processes' sensitive files
 are protected by Landlock's ptrace scoping); ``/dev`` is split and only the usual devices
@@ -81,8 +82,10 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
-def plan(policy: dict, extra_writable: list[str]) -> list[tuple[str, str]]:
-    """(path, kind) rules for the policy; kind is r, w, list, dev_r or dev_rw."""
+def plan(policy: dict, extra_writable: list[str], *, protected_by_mounts: bool = False) -> list[tuple[str, str]]:
+    """(path, kind) rules for the policy; kind is r, w, list, dev_r or dev_rw.
+    ``protected_by_mounts``: read-only mounts keep the protected names (:mod:`.landlock_mounts`),
+    so they do not split the writable roots."""
     grants: dict[str, str] = {}
     for root in policy["readable"]:
         grants[root] = "r"
@@ -94,7 +97,7 @@ def plan(policy: dict, extra_writable: list[str]) -> list[tuple[str, str]]:
     # Exceptions: deny-read paths that exist (nothing to hide otherwise) and protected paths,
     # existing or not (a missing one must stay uncreatable).
     exceptions = {d: "none" for d in deny if _lstat(d) is not None}
-    for path in policy["protected"]:
+    for path in () if protected_by_mounts else policy["protected"]:
         exceptions.setdefault(path, "r")
     rules: list[tuple[str, str]] = []
     for root, kind in sorted(grants.items()):

@@ -2,7 +2,8 @@
 
 Runs in the command's child, forked by the per-command helper (:mod:`.landlock_engine`),
 in order: ask for SIGKILL when the helper dies, restore the default signal dispositions,
-enter the idmapped view (server as root), drop every capability (the server may run as
+enter the idmapped view (server as root), mount over the protected names
+(server as root, :mod:`.landlock_mounts`), drop every capability (the server may run as
 root) and check none is left, set ``PR_SET_NO_NEW_PRIVS``, restrict itself with the
 helper's Landlock ruleset, install the seccomp program, add the Unix-socket broker's
 filter when the policy lists sockets, and exec.
@@ -14,7 +15,7 @@ import ctypes
 import os
 import signal
 
-from . import identity, landlock, libc
+from . import identity, landlock, landlock_mounts, libc
 from .supervise import FORWARDED, PYTHON_IGNORED
 
 PR_CAPBSET_DROP = 24
@@ -98,7 +99,7 @@ def _exec(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
 
 
 def confine_and_exec(hs: dict, ruleset_fd: int, program: bytes | None, parent: int, env: dict[str, str],
-                     userns: int | None, broker: int = -1) -> None:
+                     userns: int | None, broker: int = -1, mounts: tuple[list[str], list[str]] | None = None) -> None:
     """The command's child (never returns): confine this process as the module docstring says, exec."""
     lib = Libc()
     run_as = hs["options"].get("run_as")
@@ -109,8 +110,11 @@ def confine_and_exec(hs: dict, ruleset_fd: int, program: bytes | None, parent: i
         for signum in (*FORWARDED, *PYTHON_IGNORED):
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        if run_as is not None and run_as.get("idmap"):
+        idmap = run_as is not None and bool(run_as.get("idmap"))
+        if idmap:
             identity.enter_idmapped_view(userns, [w for w in hs["policy"]["writable"] if w != "/"])
+        if mounts is not None:
+            landlock_mounts.apply(*mounts, new_namespace=not idmap)
         os.chdir(hs["command"]["cwd"])
         drop_capabilities(lib, run_as)
         if run_as is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import signal
 
-from . import identity, landlock, libc
+from . import identity, landlock, landlock_mounts, libc, placeholders
 from .core_hardening import harden_or_fail
 from .failure import fail
 from .landlock_child import Libc, confine_and_exec
@@ -106,8 +106,13 @@ def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, userns: 
         os.chown(tmpdir, run_as["uid"], run_as["gid"])  # with idmap, root's 0700 directory shows as run_as's
     env = dict(hs["command"]["env"])
     env["TMPDIR"] = tmpdir
+    mounts = None
     try:
-        rules = landlock.plan(hs["policy"], [tmpdir])
+        if landlock_mounts.usable(run_as):
+            # Before the walk for missing names: see placeholders.py (what it finds stays until the end).
+            lock = placeholders.hold(hs["options"]["run_dir"])
+            mounts = landlock_mounts.plan(hs["policy"])
+        rules = landlock.plan(hs["policy"], [tmpdir], protected_by_mounts=mounts is not None)
         # Network 'proxy': TCP connect to the proxy's port for this command, nothing else
         # (seccomp's proxy_tcp filter refuses every other kind of socket).
         ruleset = landlock.create_ruleset(rules, abi, restrict_network=hs["policy"]["network"] != "on",
@@ -116,13 +121,17 @@ def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, userns: 
         _remove_tree(tmpdir)
         return fail(f"cannot build the Landlock ruleset: {exc}")
     Libc().prctl(libc.PR_SET_CHILD_SUBREAPER, 1)
-    code, received = _fork_and_supervise(hs, ruleset, program, env, userns)
+    if mounts is None:
+        code, received = _fork_and_supervise(hs, ruleset, program, env, userns)
+    else:
+        with placeholders.Placeholders(hs["options"]["run_dir"], mounts[1], lock):
+            code, received = _fork_and_supervise(hs, ruleset, program, env, userns, mounts)
     _remove_tree(tmpdir)
     return reraise_or_code(code, received)
 
 
 def _fork_and_supervise(hs: dict, ruleset: int, program: bytes | None, env: dict[str, str],
-                        userns: int | None) -> tuple[int, list[int]]:
+                        userns: int | None, mounts: tuple[list[str], list[str]] | None = None) -> tuple[int, list[int]]:
     """Fork the command's child and wait for it; then end what it left. (exit code, signals received)."""
     parent = os.getppid()
     received: list[int] = []
@@ -158,7 +167,7 @@ def _fork_and_supervise(hs: dict, ruleset: int, program: bytes | None, env: dict
     signal.pthread_sigmask(signal.SIG_BLOCK, set(FORWARDED))
     child = os.fork()
     if child == 0:
-        confine_and_exec(hs, ruleset, program, me, env, userns, theirs if brokered else -1)
+        confine_and_exec(hs, ruleset, program, me, env, userns, theirs if brokered else -1, mounts)
     os.close(ruleset)
     if brokered:
         os.close(theirs)

@@ -23,12 +23,21 @@ LANDLOCK_PROXY = [
      "to itself)"),
 ]
 
+LANDLOCK_SPLIT = (
+    "entries directly inside a writable root that holds protected names, and inside every directory on the way "
+    "to an existing protected name below it (sub/ for sub/.git), cannot be created, removed or renamed "
+    "(Landlock cannot take rights away inside a granted directory); work in a subdirectory or use write_file")
+# The server as root with CAP_SYS_ADMIN: read-only mounts keep the protected names
+# (landlock_mounts), and only deny-read paths still split a writable root.
+LANDLOCK_SPLIT_BY_DENY_READ = (
+    "entries directly inside a writable root that holds deny-read paths, and inside every directory on the way to "
+    "one, cannot be created, removed or renamed (Landlock cannot take rights away inside a granted directory); "
+    "work in a subdirectory or use write_file")
+
 LANDLOCK = [
     ("no mount or PID namespace: deny-read paths inside readable roots hide their contents, but their names stay "
     "listable in the parent directory"),
-    ("entries directly inside a writable root that holds protected names, and inside every directory on the way "
-    "to an existing protected name below it (sub/ for sub/.git), cannot be created, removed or renamed "
-    "(Landlock cannot take rights away inside a granted directory); work in a subdirectory or use write_file"),
+    LANDLOCK_SPLIT,
     PROTECTED_BELOW,
     "/tmp is read-only: the command gets a private TMPDIR, removed after the run",
     ("the host's /proc is visible (other processes' command lines); their environment and memory stay protected by "
@@ -63,7 +72,9 @@ def _common(unix_sockets: tuple[str, ...], walk_cut: list[str]) -> list[str]:
 
 
 def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid_namespace: bool = True,
-                   unix_sockets: tuple[str, ...] = (), walk_cut: list[str] = ()) -> list[str]:
+                   unix_sockets: tuple[str, ...] = (), walk_cut: list[str] = (),
+                   protected_by_mounts: bool = False) -> list[str]:
+    """``protected_by_mounts``: the Landlock engine's helpers are root with CAP_SYS_ADMIN."""
     if engine == "bubblewrap":
         out = [*BUBBLEWRAP, *_common(unix_sockets, walk_cut)]
         if not mount_proc:
@@ -72,6 +83,8 @@ def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid
             out.append(BUBBLEWRAP_WITHOUT_PID_NAMESPACE)
         return out
     out = [*LANDLOCK, *_common(unix_sockets, walk_cut)]
+    if protected_by_mounts:
+        out[out.index(LANDLOCK_SPLIT)] = LANDLOCK_SPLIT_BY_DENY_READ
     if abi is not None and abi >= 4:
         out += LANDLOCK_PROXY
     if abi is not None and abi < 6:

@@ -122,6 +122,12 @@ def idmap_problem(path: str, uid: int, gid: int) -> str | None:
     return _idmap_problem(dev, path, uid, gid)
 
 
+def mounts_possible(run_as: RunAs | None) -> bool:
+    """Whether the helpers (root here) may mount in a namespace of the command's: then the
+    Landlock engine keeps protected names with read-only mounts (see ``landlock_mounts``)."""
+    return run_as is not None and _capable(CAP_SYS_ADMIN)
+
+
 def cannot_enforce(run_as: RunAs | None, root: Path | None, engine: str) -> list[str]:
     """What the command's identity cannot be here, for ``workspace_info``/``codespace doctor``."""
     if run_as is None:
