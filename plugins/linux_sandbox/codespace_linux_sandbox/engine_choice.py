@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from functools import cache
 
 from . import seccomp
+from .capabilities import has_cap_sys_admin
 
 _PROC_FAILURE = ("Can't mount proc", "/newroot/proc")
-CAP_SYS_ADMIN = 21
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,7 @@ class BwrapProbe:
 def may_make_pid_namespaces() -> bool:
     """Whether helpers (this process's credentials) hold CAP_SYS_ADMIN, which ``unshare(CLONE_NEWPID)``
     needs: then bwrap runs as PID 1 of the helper's own namespace (see :mod:`.supervise`)."""
-    try:
-        with open("/proc/self/status") as f:
-            caps = next(line for line in f if line.startswith("CapEff:"))
-    except (OSError, StopIteration):
-        return False
-    return bool(int(caps.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+    return has_cap_sys_admin()
 
 
 @cache

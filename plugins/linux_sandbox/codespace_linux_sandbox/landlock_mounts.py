@@ -25,11 +25,11 @@ the workspace owner) the child makes a private namespace first. All of it happen
 import posix
 
 from . import libc
+from .capabilities import has_cap_sys_admin
 from .bwrap_argv import _is_dir, _owning_root, _walk_below
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND = 1, 2, 4, 4096
 MOUNT_ATTR_RDONLY = 1
-CAP_SYS_ADMIN = 21
 
 
 def usable(run_as: dict | None) -> bool:
@@ -37,12 +37,7 @@ def usable(run_as: dict | None) -> bool:
     and holds CAP_SYS_ADMIN."""
     if run_as is None:
         return False
-    try:
-        with open("/proc/self/status") as f:
-            caps = next(line for line in f if line.startswith("CapEff:"))
-    except (OSError, StopIteration):
-        return False
-    return bool(int(caps.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+    return has_cap_sys_admin()
 
 
 def plan(policy: dict) -> tuple[list[str], list[str]]:

@@ -23,9 +23,9 @@ import time
 from functools import cache
 from pathlib import Path
 
+from .capabilities import CAP_SETUID, CAP_SYS_ADMIN, capable
 from .protocol import RunAs
 
-CAP_SETUID, CAP_SYS_ADMIN = 7, 21
 _SYS_OPEN_TREE, _SYS_MOUNT_SETATTR = 428, 442
 _OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC, _AT_EMPTY_PATH, _MOUNT_ATTR_IDMAP = 1, 0o2000000, 0x1000, 0x00100000
 _lock = threading.Lock()
@@ -44,15 +44,6 @@ def choose(root: Path | None, uid: int, gid: int) -> RunAs | None:
     if st is not None and st.st_uid != 0:
         return RunAs(uid=st.st_uid, gid=st.st_gid if st.st_gid != 0 else st.st_uid, idmap=False)
     return RunAs(uid=uid, gid=gid, idmap=True)
-
-
-def _capable(bit: int) -> bool:
-    try:
-        with open("/proc/self/status") as f:
-            caps = next(line for line in f if line.startswith("CapEff:"))
-    except (OSError, StopIteration):
-        return False
-    return bool(int(caps.split()[1], 16) >> bit & 1)
 
 
 def userns_fd(uid: int, gid: int) -> int:
@@ -93,7 +84,7 @@ def _exec_done(pid: int) -> bool:
 
 @cache
 def _idmap_problem(mount_dev: int, path: str, uid: int, gid: int) -> str | None:
-    if not _capable(CAP_SYS_ADMIN):
+    if not capable(CAP_SYS_ADMIN):
         return "the server lacks CAP_SYS_ADMIN (no mount namespace, no idmapped mount)"
     try:
         ns = userns_fd(uid, gid)
@@ -125,7 +116,7 @@ def idmap_problem(path: str, uid: int, gid: int) -> str | None:
 def mounts_possible(run_as: RunAs | None) -> bool:
     """Whether the helpers (root here) may mount in a namespace of the command's: then the
     Landlock engine keeps protected names with read-only mounts (see ``landlock_mounts``)."""
-    return run_as is not None and _capable(CAP_SYS_ADMIN)
+    return run_as is not None and capable(CAP_SYS_ADMIN)
 
 
 def cannot_enforce(run_as: RunAs | None, root: Path | None, engine: str) -> list[str]:
@@ -133,7 +124,7 @@ def cannot_enforce(run_as: RunAs | None, root: Path | None, engine: str) -> list
     if run_as is None:
         return []
     out = []
-    if not _capable(CAP_SETUID):
+    if not capable(CAP_SETUID):
         out.append("the server runs as root without CAP_SETUID: commands cannot be given an unprivileged uid, so "
                    "every sandboxed command is refused")
     if run_as.idmap:
