@@ -82,6 +82,9 @@ def build_app(
     if worker and (policy is None or "[runtime]" not in policy):
         policy = (policy or "") + f'\n[runtime]\nworker = "{worker}"\n'
         plugins = None if plugins is None else (*plugins, "runtime")
+        if plugins is not None and "[plugins]" not in policy:
+            # In the policy, not only in this App's environment: the worker loads what it says.
+            policy += "\n[plugins]\nallow = [" + ", ".join(json.dumps(p) for p in plugins) + "]\n"
     policy_path = None if policy is None else write_policy_file(Path(state_dir).parent, policy)
     env = dict(os.environ)
     env.pop("CODESPACE_PLUGINS_BLOCK", None)
@@ -152,6 +155,19 @@ except ImportError:  # pragma: no cover - the helpers above work without pytest
     pytest = None
 
 if pytest is not None:
+
+    def pytest_configure(config: Any) -> None:
+        config.addinivalue_line(
+            "markers", "in_process: the test inspects this process's own objects, threads or test-only plugins "
+            f"(which a worker process cannot load); skipped when ${WORKER_ENV} runs the suite with a worker")
+
+    def pytest_collection_modifyitems(config: Any, items: list) -> None:
+        if not os.environ.get(WORKER_ENV):
+            return
+        skip = pytest.mark.skip(reason=f"in_process: not meaningful with ${WORKER_ENV} (the worker does the work)")
+        for item in items:
+            if item.get_closest_marker("in_process") is not None:
+                item.add_marker(skip)
 
     @pytest.fixture
     def anyio_backend() -> str:

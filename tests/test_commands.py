@@ -271,6 +271,7 @@ async def test_session_tools_validate(make_app, mode):
         await call_ok(client, "terminate", {"session_id": plain["session_id"], "signal": "KILL"})
 
 
+@pytest.mark.in_process
 async def test_sandbox_fast_path_is_used_for_pipes(make_app, mode):
     from codespace_fakesandbox import FakeSandbox
 

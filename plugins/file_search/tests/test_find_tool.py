@@ -101,6 +101,7 @@ def test_walk_stops_when_cancelled(tmp_path):
     assert len(walk(str(tmp_path)).entries) == 1 + 20 + 400
 
 
+@pytest.mark.in_process
 async def test_a_client_that_cancels_stops_the_walk(ws, mcp_client):
     """The client gives up on a long walk (notifications/cancelled): the walk thread must stop
     within moments, and the partial walk must not be kept for the next call."""

@@ -202,6 +202,7 @@ def test_cancel_and_timeout_kill_rg(make_workspace, ws):
     assert rg_children() == []
 
 
+@pytest.mark.in_process
 async def test_a_client_that_gives_up_stops_rg(mcp_client, ws):
     """A sparse 4 GiB file keeps rg busy for seconds (--binary reads it all); the client
     cancels the call (notifications/cancelled) and rg must be gone, reaped, at once."""

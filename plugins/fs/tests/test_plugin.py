@@ -71,6 +71,7 @@ def test_doctor_hook_and_forced_fallback(workspace, monkeypatch):
         assert choose_mode(None)[0] == "openat2"
 
 
+@pytest.mark.in_process
 async def test_backend_implements_the_contract_and_serves_the_file_tools(make_app, mode, resolver):
     app = make_app()
     backend = app.backends.filesystem()

@@ -221,6 +221,7 @@ async def test_a_journal_whose_writer_is_alive_is_not_touched(ws, state, fs):
         os.close(fd)
 
 
+@pytest.mark.in_process  # its FileSystem is a test-only plugin the worker cannot load
 async def test_server_start_rolls_back_an_interrupted_commit(ws, state, test_plugins, mode):
     from codespace.workspace import PATCH_JOURNAL_DIR as JOURNAL_DIR
     from codespace_patch_testfs import TestFileSystem
