@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
@@ -94,6 +95,7 @@ class Worker:
         self.expected_digest = policy_digest(getattr(workspace, "policy_path", None))
         self._listeners: list[Any] = []
         self._lost_listeners: list[Any] = []
+        self._stop_listeners: list[Any] = []
 
     # -- state --------------------------------------------------------------------
 
@@ -182,6 +184,10 @@ class Worker:
         if self._client is not None:
             self._client.on_notification(fn)
 
+    def on_stop(self, fn: Any) -> None:
+        """``await fn()`` when the server stops the worker, before the connection closes."""
+        self._stop_listeners.append(fn)
+
     def on_lost(self, fn: Any) -> None:
         """Call ``fn(reason)`` whenever the worker drops this or a later connection."""
         self._lost_listeners.append(fn)
@@ -237,6 +243,11 @@ class Worker:
 
     async def stop(self) -> None:
         self.stopped = True
+        for fn in self._stop_listeners:
+            try:
+                await fn()
+            except Exception:  # noqa: BLE001 - a listener's failure must not keep the worker running
+                logging.getLogger(__name__).exception("a stop listener of the worker failed")
         await self._discard()
 
 

@@ -28,6 +28,7 @@ class RemoteSessions:
         """Operations whose commands run in the worker (started, not yet ended)."""
         worker.on_notification(self._notified)
         worker.on_lost(self._lost)
+        worker.on_stop(self._stopping)
 
     # -- notifications -----------------------------------------------------------
 
@@ -35,7 +36,6 @@ class RemoteSessions:
         for fd in fds:
             os.close(fd)
         if method == "proc.started":
-            self._live.add(params["operation_id"])
             self._spawn(self.records.started(params["operation_id"], params["pid"], params.get("start_ticks")))
         elif method == "proc.ended":
             self._live.discard(params["operation_id"])
@@ -61,6 +61,16 @@ class RemoteSessions:
         if lost:  # a new worker at once: at its start it kills what the dead one's cgroups still hold
             self._spawn(self._replace())
 
+    async def _stopping(self) -> None:
+        """The server stops its child worker, and the worker's commands end with it: their
+        operations say so (``cancelled``, as in-process), before the store closes. A daemon's
+        sessions go on; the next server adopts them."""
+        if self.worker.mode == "child":
+            ended, self._live = self._live, set()
+            for operation_id in ended:
+                await self.records.ended(operation_id, {"running": False}, shutdown=True)
+        await self.settled()
+
     async def _replace(self) -> None:
         try:
             await self.worker.client()
@@ -76,7 +86,10 @@ class RemoteSessions:
         return await call_worker(self.worker, method, params, what)
 
     async def exec(self, params: dict, operation_id: str | None) -> dict:
-        return await self._call("proc.exec", {"args": params, "operation_id": operation_id}, "exec")
+        result = await self._call("proc.exec", {"args": params, "operation_id": operation_id}, "exec")
+        if result.get("running") and operation_id is not None:
+            self._live.add(operation_id)  # its exec call returned: its end comes as proc.ended
+        return result
 
     async def write_stdin(self, params: dict) -> dict:
         return await self._call("proc.write_stdin", {"args": params}, "write_stdin")

@@ -36,6 +36,8 @@ class WorkerRecords:
     """``SessionRecords`` of a worker: each event goes to the connection that owns the session."""
 
     def __init__(self) -> None:
+        self.live: Any = set
+        """The operation ids the registry still holds (set once the registry exists)."""
         self.owners: dict[str, Connection] = {}
         self.unheard: dict[str, dict] = {}
         """Ends no connection has heard of yet: operation id -> notification params."""
@@ -45,6 +47,8 @@ class WorkerRecords:
             owner = current_connection()  # the exec request's own connection
         except LookupError:
             return
+        held = self.live()  # a session whose exec call returned finished is never ended here: drop it
+        self.owners = {op: conn for op, conn in self.owners.items() if op in held}
         self.owners[operation_id] = owner
         await owner.notify("proc.started", {"operation_id": operation_id, "pid": pid, "start_ticks": start_ticks})
 
@@ -92,11 +96,17 @@ class _Judge:
             raise NotRun(refusal)
 
 
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
 def session_handlers(workspace: Any, backends: Any) -> tuple[dict, Any, WorkerRecords]:
     """The ``proc.*`` handlers, the registry (enter ``registry.running()`` for the worker's
     life) and the records."""
     records = WorkerRecords()
     sessions, registry = hosting.command_sessions(workspace, backends, records)
+    records.live = lambda: {s.operation_id for s in registry.sessions()}
     judge = _Judge(workspace)
 
     def params_of(params: dict, key: str = "args") -> dict:
@@ -106,8 +116,7 @@ def session_handlers(workspace: Any, backends: Any) -> tuple[dict, Any, WorkerRe
         return value
 
     async def exec_(params: dict, fds: list[int]) -> dict:
-        for fd in fds:
-            os.close(fd)
+        _close(fds)
         args = params_of(params)
         operation_id = params.get("operation_id")
         if operation_id is not None and not isinstance(operation_id, str):
@@ -117,11 +126,13 @@ def session_handlers(workspace: Any, backends: Any) -> tuple[dict, Any, WorkerRe
 
     def forward(name: str):  # noqa: ANN202
         async def handle(params: dict, fds: list[int]) -> dict:
+            _close(fds)
             return await getattr(sessions, name)(params_of(params))
 
         return handle
 
     async def adopt(params: dict, fds: list[int]) -> dict:
+        _close(fds)
         live = [s.operation_id for s in registry.sessions() if s.operation_id is not None and s.detached
                 and not s.settled.is_set()]
         return records.adopt(current_connection(), live)
