@@ -90,7 +90,7 @@ async def recv_frame(sock: socket.socket) -> tuple[dict, list[int]]:
         obj = decode_body(body)
         _check_fd_count(obj, len(fds))
     except BaseException:
-        _close_all(fds)
+        close_all(fds)
         raise
     return obj, fds
 
@@ -150,14 +150,14 @@ async def _recv_header(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> 
             await _wait(loop, sock, write=False)
             continue
         except BaseException:
-            _close_all(fds)
+            close_all(fds)
             raise
         fds += _descriptors(ancdata)
         if flags & socket.MSG_CTRUNC:
-            _close_all(fds)
+            close_all(fds)
             raise FrameError(f"frame refused: more than {MAX_FDS} descriptors attached", fatal=True)
         if not data:
-            _close_all(fds)
+            close_all(fds)
             if not header:
                 raise EOFError("the peer closed the connection")
             raise FrameError(f"truncated frame: the connection closed after {len(header)} of 4 header bytes",
@@ -186,7 +186,8 @@ def _descriptors(ancdata: list) -> list[int]:
     return list(fds)
 
 
-def _close_all(fds: Sequence[int]) -> None:
+def close_all(fds: Sequence[int]) -> None:
+    """Close received descriptors (one already gone is not an error)."""
     for fd in fds:
         try:
             os.close(fd)

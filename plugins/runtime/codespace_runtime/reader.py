@@ -21,7 +21,7 @@ import asyncio
 import collections
 import socket
 
-from .framing import _ANCILLARY, MAX_FDS, MAX_FRAME, FrameError, _check_fd_count, _close_all, _descriptors, decode_body
+from .framing import _ANCILLARY, MAX_FDS, MAX_FRAME, FrameError, _check_fd_count, close_all, _descriptors, decode_body
 
 CHUNK = 256 * 1024
 MAX_AHEAD = 64
@@ -65,11 +65,11 @@ class FrameReader:
         self._pause()
         self._done = True
         for fds in self._fds.values():
-            _close_all(fds)
+            close_all(fds)
         self._fds.clear()
         for item in self._ready:
             if isinstance(item, tuple):
-                _close_all(item[1])
+                close_all(item[1])
         self._ready.clear()
 
     def _resume(self) -> None:
@@ -101,7 +101,7 @@ class FrameReader:
 
     def _take(self, data: bytes, fds: list[int], flags: int) -> None:
         if flags & socket.MSG_CTRUNC:
-            _close_all(fds)
+            close_all(fds)
             self._finish(FrameError(f"frame refused: more than {MAX_FDS} descriptors attached", fatal=True))
             return
         if not data:
@@ -146,7 +146,7 @@ class FrameReader:
                 obj = decode_body(buf[offset + 4:offset + 4 + length])
                 _check_fd_count(obj, len(fds))
             except FrameError as exc:
-                _close_all(fds)
+                close_all(fds)
                 self._ready.append(exc)
                 continue
             self._ready.append((obj, fds))

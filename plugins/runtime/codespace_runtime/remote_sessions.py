@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
+from .framing import close_all
 from .lifecycle import Worker
 from .worker_calls import call_worker
 
@@ -33,8 +33,7 @@ class RemoteSessions:
     # -- notifications -----------------------------------------------------------
 
     def _notified(self, method: str, params: dict, fds: list[int]) -> None:
-        for fd in fds:
-            os.close(fd)
+        close_all(fds)
         if method == "proc.started":
             self._spawn(self.records.started(params["operation_id"], params["pid"], params.get("start_ticks")))
         elif method == "proc.ended":

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from codespace.contract import (
-    BackendMissing, ListDirRequest, MakeDirRequest, MoveRequest, PatchRequest, ReadFileRequest, Refused, RemoveRequest,
+    BackendMissing, ListDirRequest, MakeDirRequest, MoveRequest, PatchRequest, ReadFileRequest, RemoveRequest,
     StatRequest, ToolError, WalkRequest, WriteFileRequest, gate, hosting,
 )
 import anyio
@@ -28,6 +28,8 @@ from pydantic import ValidationError
 
 from .role import mark_worker_process
 from .errors_wire import NotRun
+from .framing import close_all as _close
+from .judging import Judge
 from .runner_sessions import session_handlers
 
 Handler = Callable[[dict, list[int]], Awaitable[dict]]
@@ -60,11 +62,6 @@ def policy_digest(path: os.PathLike[str] | str | None) -> str | None:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def _close(fds: list[int]) -> None:
-    for fd in fds:
-        os.close(fd)
-
-
 def _parse(model: type, params: dict, method: str) -> Any:
     try:
         return model.model_validate(params)
@@ -73,38 +70,6 @@ def _parse(model: type, params: dict, method: str) -> Any:
         where = ".".join(str(part) for part in first["loc"]) or "(params)"
         raise NotRun(ToolError(f"{method} refused by the worker: params.{where}: {first['msg']}",
                                code="bad_params")) from None
-
-
-class Judge:
-    """The worker's own policy check of each request (never trusting that the server did it)."""
-
-    def __init__(self, workspace: Any) -> None:
-        self.workspace = workspace
-        self.root = str(workspace.root)
-
-    def path(self, value: object) -> str:
-        if not isinstance(value, str):
-            raise NotRun(Refused("path syntax", f"refused by the worker: a path must be a string, not {value!r}"))
-        refusal = gate.path_syntax_refusal(value)
-        if refusal is None and (not value.startswith("/") or gate.normalize(value, self.root) != value):
-            refusal = Refused("path syntax", f"refused by the worker: {value!r} is not an absolute, normalised "
-                              "path (the server sends paths it has resolved against the workspace root)")
-        if refusal is not None:
-            raise NotRun(refusal)
-        return value
-
-    def paths(self, *, read: tuple[str, ...] = (), write: tuple[str, ...] = (),
-              write_through: tuple[str, ...] = ()) -> None:
-        refusal = gate.paths_refusal(self.workspace.paths, read=[self.path(p) for p in read],
-                                     write=[self.path(p) for p in write],
-                                     write_through=[self.path(p) for p in write_through])
-        if refusal is not None:
-            raise NotRun(refusal)
-
-    def request(self, request: Any, needs: Mapping[str, str]) -> None:
-        read = tuple(getattr(request, f) for f, need in needs.items() if need == "read")
-        write = tuple(getattr(request, f) for f, need in needs.items() if need == "write")
-        self.paths(read=read, write=write)
 
 
 class _Backend:

@@ -14,13 +14,13 @@ sessions outlive the server that started them and are recorded by the next one.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Mapping
 from typing import Any
 
-from codespace.contract import ToolError, gate, hosting
+from codespace.contract import ToolError, hosting
 
 from .errors_wire import NotRun
+from .framing import close_all as _close
+from .judging import Judge
 from .service import Connection, current_connection
 
 log = logging.getLogger(__name__)
@@ -73,41 +73,13 @@ class WorkerRecords:
         return {"running": taken, "ended": ended}
 
 
-class _Judge:
-    def __init__(self, workspace: Any) -> None:
-        self.workspace = workspace
-        self.root = str(workspace.root)
-
-    def exec(self, args: Mapping[str, Any]) -> None:
-        command = args.get("command")
-        if not isinstance(command, (list, str)):
-            raise NotRun(ToolError("proc.exec refused by the worker: params.args.command must be an argv list or a "
-                                   "shell string", code="bad_params"))
-        if isinstance(command, list) and not all(isinstance(a, str) for a in command):
-            raise NotRun(ToolError("proc.exec refused by the worker: argv items must be strings", code="bad_params"))
-        refusal = gate.command_refusal(self.workspace, command)
-        cwd = args.get("cwd")
-        if refusal is None and cwd is not None:
-            if not isinstance(cwd, str) or not cwd.startswith("/") or gate.normalize(cwd, self.root) != cwd:
-                raise NotRun(ToolError(f"proc.exec refused by the worker: cwd {cwd!r} is not an absolute, normalised "
-                                       "path (the server sends the directory it resolved)", code="bad_params"))
-            refusal = gate.path_syntax_refusal(cwd) or gate.paths_refusal(self.workspace.paths, read=[cwd])
-        if refusal is not None:
-            raise NotRun(refusal)
-
-
-def _close(fds: list[int]) -> None:
-    for fd in fds:
-        os.close(fd)
-
-
 def session_handlers(workspace: Any, backends: Any) -> tuple[dict, Any, WorkerRecords]:
     """The ``proc.*`` handlers, the registry (enter ``registry.running()`` for the worker's
     life) and the records."""
     records = WorkerRecords()
     sessions, registry = hosting.command_sessions(workspace, backends, records)
     records.live = lambda: {s.operation_id for s in registry.sessions()}
-    judge = _Judge(workspace)
+    judge = Judge(workspace)
 
     def params_of(params: dict, key: str = "args") -> dict:
         value = params.get(key, {})
@@ -121,7 +93,7 @@ def session_handlers(workspace: Any, backends: Any) -> tuple[dict, Any, WorkerRe
         operation_id = params.get("operation_id")
         if operation_id is not None and not isinstance(operation_id, str):
             raise NotRun(ToolError("the worker needs params.operation_id as a string or null", code="bad_params"))
-        judge.exec(args)
+        judge.command(args)
         return await sessions.exec(args, operation_id)
 
     def forward(name: str):  # noqa: ANN202

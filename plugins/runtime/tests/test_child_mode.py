@@ -16,7 +16,7 @@ import pytest
 
 from codespace.testing import call_error, call_ok, connect
 
-from .test_crash import alive, children, serving
+from .test_crash import alive, children, serving, with_cmdline
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(
     importlib.util.find_spec("codespace_fs") is None or importlib.util.find_spec("codespace_patch") is None,
@@ -128,21 +128,10 @@ async def test_a_clean_stop_records_the_workers_commands_as_cancelled(make_app, 
         long = await call_ok(client, "exec", {"command": ["sleep", "293.5"], "yield_ms": 100, "operation_id": "stop-1"})
         assert long["running"] is True
     with anyio.fail_after(10):  # the command ended with the worker
-        while _running(b"sleep\x00293.5\x00"):
+        while with_cmdline(b"sleep\x00293.5\x00"):
             await anyio.sleep(0.05)
     async with connect(make_app(policy=CHILD)) as client:  # a new server on the same store
         record = await call_ok(client, "get_operation", {"operation_id": "stop-1"})
     assert record["status"] == "cancelled" and "shut down" in record["error"], record
     assert record["result"]["running"] is False
 
-
-def _running(cmdline: bytes) -> bool:
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if f.read() == cmdline:
-                        return True
-            except OSError:
-                pass
-    return False

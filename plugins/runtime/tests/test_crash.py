@@ -176,7 +176,7 @@ async def test_a_killed_worker_takes_its_commands_with_it_and_their_operations_s
         tty = await call_ok(client, "exec", {"command": ["bash", "--norc", "-i"], "tty": True, "yield_ms": 300,
                                              "operation_id": "lost-t"})
         assert pipe["running"] and tty["running"]
-        commands = _sleepers()
+        commands = with_cmdline(b"sleep\x00291.37\x00")
         assert commands, "the sleep should be running"
         os.kill(pid, signal.SIGKILL)
         with anyio.fail_after(20):
@@ -195,13 +195,14 @@ async def test_a_killed_worker_takes_its_commands_with_it_and_their_operations_s
         assert again["output"] == "still here\n"
 
 
-def _sleepers() -> list[int]:
+def with_cmdline(cmdline: bytes) -> list[int]:
+    """Processes whose command line is exactly ``cmdline`` (NUL-separated, as in /proc)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if f.read() == b"sleep\x00291.37\x00":
+                    if f.read() == cmdline:
                         found.append(int(entry))
             except OSError:
                 pass
