@@ -175,7 +175,17 @@ def filesystem(
     """The file-system backend a server would use for ``workspace`` (the same plugins, the
     same allow and block lists, the same order), or None; and ``name: error`` for each
     plugin that failed to load. ``installed``: the plugins' (name, entry point value)
-    pairs when the caller knows them; None looks them up."""
+    pairs when the caller knows them (the choice is then made without the plugin
+    manager where it can be: :mod:`.helper_plugins`); None looks them up."""
+    if installed is not None:
+        from .helper_plugins import NOT_PLAIN, plain_filesystem
+
+        installed = list(installed)
+        policy = workspace.policy.plugins
+        entries = [InstalledPlugin(name, value) for name, value in installed]
+        fs = plain_filesystem(workspace, entries, allow=policy.allow, block=policy.block)
+        if fs is not NOT_PLAIN:
+            return fs, []  # type: ignore[return-value]
     plugins, failed = _plugins_for(workspace, installed)
     fs, _ = plugins.filesystem(workspace)
     return fs, failed
