@@ -6,10 +6,10 @@ __all__ = ["__version__", "hookimpl"]
 
 
 def __getattr__(name: str) -> object:
-    # ``hookimpl`` lives in codespace.plugins (pluggy, entry points: ~0.1 s); loaded when a
-    # plugin asks for it, not by every ``import codespace`` on the server's start path.
+    # ``hookimpl`` is pluggy's mark without pluggy (codespace.contract.markers): loading a
+    # plugin module, as a one-shot helper does, need not load the plugin machinery.
     if name == "hookimpl":
-        from .plugins import hookimpl
+        from .contract.markers import hookimpl
 
         return hookimpl
     raise AttributeError(f"module 'codespace' has no attribute {name!r}")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pluggy
 
 from . import hookspecs
+from .contract import markers
 
 if TYPE_CHECKING:
     from importlib.metadata import Distribution, EntryPoint
@@ -40,7 +41,7 @@ ENTRY_POINT_GROUP = "codespace.plugins"
 ENV_BLOCK = "CODESPACE_PLUGINS_BLOCK"
 ENV_ALLOW = "CODESPACE_PLUGINS_ALLOW"
 
-hookimpl = pluggy.HookimplMarker(PROJECT)
+hookimpl = markers.hookimpl  # pluggy's mark, set without pluggy (a helper loads plugins without it)
 
 # Core features implemented as plugins of the same contract.
 BUILTIN_PLUGINS = (
