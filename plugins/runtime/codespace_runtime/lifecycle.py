@@ -35,6 +35,8 @@ from .runner import POLICY_ENV, UMASK_ENV, policy_digest
 CLIENT_NAME = "codespace-server"
 START_TIMEOUT_S = 20.0
 STOP_GRACE_S = 0.5
+DAEMON_GONE_WAIT_S = 2.0
+"""How long a dropped daemon connection may take to show as the daemon's end (its lock released)."""
 STATUS_FILE = "child-status.json"
 WORKER_SCRIPT = "codespace-worker"
 
@@ -325,6 +327,19 @@ class DaemonAttachment(Worker):
     """``worker = "daemon"``: the workspace's daemon (``codespace-worker start``), attached to by path."""
 
     mode = "daemon"
+    _pid_file: Path | None = None
+
+    async def has_ended(self, wait_s: float = DAEMON_GONE_WAIT_S) -> bool:
+        """Whether the daemon this server was attached to has ended (it no longer holds its pid
+        file's lock, or another daemon does), waiting up to ``wait_s`` for the kernel to release
+        the lock of a process whose connection has just closed. False: it still serves."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            if self._pid_file is None or daemon.running_pid(self._pid_file) != self.pid:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
 
     async def _connect(self) -> WorkerClient:
         # runtime.daemon_dir when the operator set it (a daemon of another uid), else the server's
@@ -336,7 +351,7 @@ class DaemonAttachment(Worker):
         if pid is None:
             raise WorkerError(f"no daemon serves {self.workspace.root} (no live {directory / daemon.PID_FILE}). "
                               f"To proceed: run codespace-worker start --workspace {self.workspace.root}")
-        self.pid = pid
+        self.pid, self._pid_file = pid, directory / daemon.PID_FILE
         token = tokens.load_token(daemon.client_token(directory))
         sock = await asyncio.to_thread(sockets.connect, directory / sockets.SOCKET_NAME)
         try:

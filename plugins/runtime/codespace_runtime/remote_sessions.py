@@ -46,19 +46,37 @@ class RemoteSessions:
         task.add_done_callback(self._tasks.discard)
 
     def _lost(self, reason: str) -> None:
-        """A child worker's connection dropped: the worker is gone, and so are its commands (they
-        die with it; the next worker also kills what its cgroups still hold, and starts now).
-        Their operations are marked interrupted. A daemon may still run its sessions: the next
-        connection adopts them again instead."""
-        if self.worker.mode != "child" or self.worker.stopped:
+        """The worker dropped the connection. A child worker is gone, and so are its commands
+        (they die with it; the next worker also kills what its cgroups still hold, and starts
+        now). A daemon that has ended took its sessions with it: nobody can read them again. In
+        both cases their operations are marked interrupted. A daemon that still serves keeps
+        its sessions: this server takes them back on a new connection."""
+        if self.worker.stopped:
             return
+        if self.worker.mode == "child":
+            if self._mark_lost(f"the child worker running this command died ({reason}); its processes were "
+                               "ended with it"):
+                self._spawn(self._replace())  # at its start it kills what the dead one's cgroups still hold
+        elif self._live:
+            self._spawn(self._daemon_lost(reason, self.worker.pid))
+
+    def _mark_lost(self, what: str) -> int:
         lost, self._live = self._live, set()
-        message = (f"the child worker running this command died ({reason}); its processes were ended with it. "
-                   "Run the command again with a new operation_id.")
         for operation_id in lost:
-            self._spawn(self.records.lost(operation_id, message))
-        if lost:  # a new worker at once: at its start it kills what the dead one's cgroups still hold
-            self._spawn(self._replace())
+            self._spawn(self.records.lost(operation_id, f"{what}. Run the command again with a new operation_id."))
+        return len(lost)
+
+    async def _daemon_lost(self, reason: str, pid: int | None) -> None:
+        if await self.worker.has_ended():
+            self._mark_lost(f"the daemon worker (pid {pid}) running this command ended ({reason}); its session "
+                            "went with it")
+            return
+        try:  # the same daemon, still serving: take its sessions back at once
+            await self.worker.client()
+            for ended in (await self.adopt())["ended"]:  # ends it kept while nobody was attached
+                await self._ended(ended)
+        except Exception as exc:  # noqa: BLE001 - the next call says so, and workspace_info
+            log.warning("the daemon still serves but its sessions could not be taken back: %s", exc)
 
     async def _stopping(self) -> None:
         """The server stops its child worker, and the worker's commands end with it: their
@@ -111,7 +129,9 @@ class RemoteSessions:
         heard of. A child worker is new with this server: nothing to adopt, nothing started."""
         if self.worker.mode != "daemon":
             return {"running": [], "ended": []}
-        return await self._call("proc.adopt", {}, "adopt sessions")
+        held = await self._call("proc.adopt", {}, "adopt sessions")
+        self._live.update(held["running"])  # their ends now come to this server
+        return held
 
     async def settled(self) -> None:
         """Wait for the store writes of notifications already received (at shutdown)."""

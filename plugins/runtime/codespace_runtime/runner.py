@@ -240,11 +240,14 @@ def handlers_for(
             "backends": {k: providers.get(k) for k in ("filesystem", "patcher")}, "plugin_failures": failed,
         }
 
+    async def drain() -> None:
+        await registry.shutdown(STOP_GRACE_S)
+
     @contextlib.asynccontextmanager
     async def lifespan() -> Any:
         async with registry.running():
             try:
-                yield
+                yield drain
             finally:
                 with anyio.CancelScope(shield=True):  # the worker stops: its commands end with it, quickly
                     await registry.shutdown(STOP_GRACE_S)

@@ -27,6 +27,8 @@ from .sockets import peer_credentials
 
 Handler = Callable[[dict, list[int]], Awaitable["dict | tuple[dict, list[int]]"]]
 ErrorMapper = Callable[[BaseException], "p.Error | None"]
+Drain = Callable[[], Awaitable[None]]
+"""Work a stopping listener does before it closes its connections."""
 
 MAX_IN_FLIGHT = 64
 """Requests one connection may have running at once; more are refused (``busy``, not dispatched)."""
@@ -337,9 +339,11 @@ async def serve_listener(listener: socket.socket, token: bytes, handlers: Mappin
                          status: Callable[[], dict], *, allowed_uids: Collection[int],
                          errors: ErrorMapper | None = None, workspace: str = "",
                          policy_digest: str | None = None, stop: asyncio.Event | None = None,
-                         hub: Connections | None = None) -> None:
+                         hub: Connections | None = None, drain: Drain | None = None) -> None:
     """Accept and serve connections until ``stop`` is set (by a ``shutdown`` or the caller).
-    A peer whose uid is not in ``allowed_uids`` is closed before a byte is read or written."""
+    A peer whose uid is not in ``allowed_uids`` is closed before a byte is read or written.
+    ``drain`` runs once ``stop`` is set, while the connections are still open (the runner ends
+    its sessions there, and their owners are told)."""
     loop = asyncio.get_running_loop()
     listener.setblocking(False)
     stop = stop if stop is not None else asyncio.Event()
@@ -370,6 +374,9 @@ async def serve_listener(listener: socket.socket, token: bytes, handlers: Mappin
     accepting = asyncio.create_task(accept_forever())
     try:
         await stop.wait()
+        accepting.cancel()
+        if drain is not None:
+            await drain()
     finally:
         accepting.cancel()
         for task in list(connections):

@@ -25,7 +25,7 @@ from codespace.contract import gate
 
 from . import daemon, sockets, tokens
 from .hardening import harden_worker, reexec_without_ld
-from .service import Handler, serve_connection, serve_listener
+from .service import Drain, Handler, serve_connection, serve_listener
 
 EXIT_USAGE = 2
 _log = logging.getLogger("codespace_runtime.worker")
@@ -74,8 +74,8 @@ def _serve_hardened(args: ServeArgs) -> int:
     allowed = args.allow_uids or [os.getuid()]
     if args.fd is not None:
         channel = _channel(args.fd)
-        return asyncio.run(_within(lifespan, _run_child(channel, token, handlers, status, str(view.root), digest,
-                                                        allowed)))
+        return asyncio.run(_within(lifespan, lambda _drain: _run_child(channel, token, handlers, status,
+                                                                       str(view.root), digest, allowed)))
     path = Path(args.socket)
     shared = any(uid != os.geteuid() for uid in allowed)  # a server of another uid attaches
     lock_fd = daemon.lock_pid_file(path.parent / daemon.PID_FILE, shared=shared)
@@ -83,8 +83,8 @@ def _serve_hardened(args: ServeArgs) -> int:
         listener, identity = sockets.bind_listener(path.parent, path.name, shared=shared)
         try:
             _log.info("serving %s on %s for uid(s) %s", view.root, path, ", ".join(map(str, allowed)))
-            asyncio.run(_within(lifespan, _run_listener(listener, token, handlers, status, str(view.root), digest,
-                                                        allowed)))
+            asyncio.run(_within(lifespan, lambda drain: _run_listener(listener, token, handlers, status,
+                                                                      str(view.root), digest, allowed, drain)))
         finally:
             sockets.unlink_if_ours(path.parent, identity, path.name)
             listener.close()
@@ -97,11 +97,13 @@ def _serve_hardened(args: ServeArgs) -> int:
 T = TypeVar("T")
 
 
-async def _within(lifespan: Callable[[], Any], serving: Awaitable[T]) -> T:
+async def _within(lifespan: Callable[[], Any], serving: Callable[[Drain | None], Awaitable[T]]) -> T:
     """Serve inside the runner's lifespan: its command registry lives while the worker serves
-    (and ends every session when it stops)."""
-    async with lifespan():
-        return await serving
+    (and ends every session when it stops). The lifespan yields the runner's drain (end every
+    session now), which a listener runs before it closes its connections, so the servers
+    attached to a daemon that is stopping hear how their commands ended."""
+    async with lifespan() as drain:
+        return await serving(drain)
 
 
 def load_handlers(root: str) -> tuple[Mapping[str, Handler], Callable[[], dict], Callable[[], Any]]:
@@ -160,11 +162,12 @@ async def _run_child(channel: socket.socket, token: bytes, handlers: Mapping[str
 
 
 async def _run_listener(listener: socket.socket, token: bytes, handlers: Mapping[str, Handler],
-                        status: Callable[[], dict], root: str, digest: str | None, allowed: Sequence[int]) -> None:
+                        status: Callable[[], dict], root: str, digest: str | None, allowed: Sequence[int],
+                        drain: Drain | None) -> None:
     stop = asyncio.Event()
     _stop_on_signals(stop)
     await serve_listener(listener, token, handlers, status, allowed_uids=allowed, workspace=root,
-                         policy_digest=digest, stop=stop, errors=_errors(handlers))
+                         policy_digest=digest, stop=stop, errors=_errors(handlers), drain=drain)
 
 
 def _errors(handlers: Mapping[str, Handler]):  # noqa: ANN202 - service.ErrorMapper | None

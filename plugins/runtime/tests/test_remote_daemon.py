@@ -4,17 +4,18 @@ sessions outlive the server that started them (test_daemon_sessions.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import signal
 import subprocess
 import sys
 
-import importlib.util
-
+import anyio
 import pytest
 
 from codespace.testing import call_error, call_ok, connect
 
-from .test_crash import serving
+from .test_crash import alive, serving, with_cmdline
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(
     importlib.util.find_spec("codespace_fs") is None or importlib.util.find_spec("codespace_patch") is None,
@@ -63,3 +64,47 @@ async def test_files_and_patches_through_the_daemon_and_back_after_a_restart(dae
         assert (await call_ok(client, "read_file", {"path": "a.txt"}))["content"] == "patched\n"
         again = (await call_ok(client, "workspace_info"))["runtime"]
         assert again["serving"] is True and again["pid"] != daemon_pid
+
+
+def _daemon_gone(ws, state, how: str, pid: int) -> None:
+    if how == "kill":
+        os.kill(pid, signal.SIGKILL)
+    else:
+        assert _worker("stop", ws, state).returncode == 0
+
+
+@pytest.mark.parametrize(("how", "sandbox"), [("kill", "auto"), ("kill", "off"), ("stop", "auto")])
+async def test_a_daemon_gone_under_an_attached_server_leaves_no_operation_running(daemon_ws, state, how, sandbox):
+    """The server stays attached while its daemon is killed (or stopped) with a pipe command and a
+    terminal running: their operations end (interrupted, or cancelled by the clean stop) without a
+    new server, no process of theirs survives, and once a daemon is back the server uses it."""
+    from codespace.testing import build_app
+
+    policy = daemon_ws / ".codespace" / "policy.toml"
+    policy.write_text(policy.read_text() + f'[sandbox]\nmode = "{sandbox}"\n')
+    assert _worker("start", daemon_ws, state).returncode == 0
+    async with connect(build_app(daemon_ws, state_dir=state)) as client:
+        daemon_pid = (await serving(client))["pid"]
+        pipe = await call_ok(client, "exec", {"command": ["sleep", "291.41"], "yield_ms": 100,
+                                              "operation_id": f"gone-{how}-p"})
+        tty = await call_ok(client, "exec", {"command": ["bash", "--norc", "-i"], "tty": True, "yield_ms": 300,
+                                             "operation_id": f"gone-{how}-t"})
+        assert pipe["running"] and tty["running"]
+        commands = with_cmdline(b"sleep\x00291.41\x00")
+        assert commands, "the sleep should be running"
+        _daemon_gone(daemon_ws, state, how, daemon_pid)
+        want = {"kill": "interrupted", "stop": "cancelled"}[how]
+        with anyio.fail_after(20):
+            for operation_id in (f"gone-{how}-p", f"gone-{how}-t"):
+                while (record := await call_ok(client, "get_operation", {"operation_id": operation_id}))["status"] == "running":
+                    await anyio.sleep(0.05)
+                assert record["status"] == want, record
+                if how == "kill":
+                    assert f"daemon worker (pid {daemon_pid})" in record["error"], record
+            while any(map(alive, commands)):
+                await anyio.sleep(0.05)
+        assert _worker("start", daemon_ws, state).returncode == 0
+        listed = await call_ok(client, "list_sessions")
+        assert listed["sessions"] == []
+        again = await call_ok(client, "exec", {"command": ["echo", "back"]})
+        assert again["output"] == "back\n"
