@@ -10,13 +10,13 @@ the *use* race-free. The same rules drive the sandbox's mounts.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from ..contract.errors import Refused
 
 if TYPE_CHECKING:  # the rules need no pydantic: a one-shot helper builds them too
+    from pathlib import Path
+
     from .model import Access, FilesystemPolicy
 
 PATH_MAX = 4096
@@ -28,11 +28,40 @@ _RESTRICTIVENESS = {"none": 2, "read": 1, "write": 0}
 Need = Literal["read", "write"]
 
 
-@dataclass(frozen=True)
 class PathRule:
+    """One entry of the rules: the path (as its parts), its access, and the entry it comes
+    from. Immutable, compared and hashed by value. A plain class, not a dataclass: loading
+    ``dataclasses`` (and ``inspect`` with it) cost a one-shot helper more than its patch."""
+
+    __slots__ = ("parts", "access", "source")
     parts: tuple[str, ...]
     access: Access
     source: str
+
+    def __init__(self, parts: tuple[str, ...], access: Access, source: str) -> None:
+        object.__setattr__(self, "parts", parts)
+        object.__setattr__(self, "access", access)
+        object.__setattr__(self, "source", source)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a PathRule is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: a PathRule is immutable")
+
+    def _key(self) -> tuple[tuple[str, ...], str, str]:
+        return (self.parts, self.access, self.source)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"PathRule(parts={self.parts!r}, access={self.access!r}, source={self.source!r})"
 
     @property
     def path(self) -> str:
