@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,13 +66,38 @@ def _gitdir_of(root: Path) -> Path | None:
     return None
 
 
-@dataclass(frozen=True)
 class Workspace:
+    """Immutable and compared by value, as the frozen dataclass it was; a plain class because
+    loading ``dataclasses`` (and ``inspect``) cost a one-shot helper more than its patch."""
+
+    _FIELDS = ("root", "policy", "policy_path", "state_dir", "paths")
     root: Path
     policy: Policy
     policy_path: Path | None
     state_dir: Path
-    paths: PathRules = field(repr=False)
+    paths: PathRules
+
+    def __init__(self, root: Path, policy: Policy, policy_path: Path | None, state_dir: Path, paths: PathRules) -> None:
+        for name, value in zip(self._FIELDS, (root, policy, policy_path, state_dir, paths)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a Workspace is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: a Workspace is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self._FIELDS)
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, n) for n in self._FIELDS))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._FIELDS[:-1])  # paths: too long to show
+        return f"Workspace({shown})"
 
     @classmethod
     def open(
