@@ -42,9 +42,22 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--no-runner", action="store_true", help="serve only the built-in methods")
             command.add_argument("--foreground", action="store_true",
                                  help="become the worker instead of starting it in the background (systemd)")
+            command.add_argument("--umask", type=_octal_umask,
+                                 help="octal umask for the files the agent creates (default: this process's, "
+                                      "e.g. 022 makes them 0644)")
         if name == "status":
             command.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
+
+
+def _octal_umask(text: str) -> str:
+    try:
+        value = int(text, 8)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 0o777:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal umask (e.g. 022 or 077)")
+    return f"{value:04o}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +84,8 @@ def _daemon_command(args: argparse.Namespace) -> int:
         if args.command == "status":
             return _print_status(daemon.status(where), args.json)
         if args.command == "start":
-            pid = daemon.start(where, args.allow_uids, runner=not args.no_runner, foreground=args.foreground)
+            pid = daemon.start(where, args.allow_uids, runner=not args.no_runner, foreground=args.foreground,
+                               umask=args.umask)
             print(f"worker started: pid {pid}, socket {where.socket}")
             return 0
         print(daemon.stop(where))

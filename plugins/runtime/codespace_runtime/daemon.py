@@ -20,6 +20,7 @@ from codespace.contract import gate
 
 from . import sockets, tokens
 from .client import WorkerClient, WorkerError, fetch_status
+from .hardening import UMASK_ENV, current_umask
 
 PID_FILE = "worker.pid"
 TOKEN_FILE = "token"
@@ -145,9 +146,11 @@ def status(where: Placement) -> dict:
     return report
 
 
-def start(where: Placement, allow_uids: list[int], *, runner: bool = True, foreground: bool = False) -> int:
+def start(where: Placement, allow_uids: list[int], *, runner: bool = True, foreground: bool = False,
+          umask: str | None = None) -> int:
     """Start the worker in the background; its pid once it answers ``status``. ``foreground``:
-    become the worker instead (for a service manager, which wants the process it started)."""
+    become the worker instead (for a service manager, which wants the process it started).
+    ``umask`` (octal): the agent's files' (default: this process's own)."""
     tokens.create_token(where.token_file)
     tokens.load_token(where.token_file)  # refuse a bad token file here, not in the log
     copy_token_for(where.token_file, allow_uids)
@@ -162,12 +165,13 @@ def start(where: Placement, allow_uids: list[int], *, runner: bool = True, foreg
         argv += ["--allow-uid", str(uid)]
     if not runner:
         argv.append("--no-runner")
+    env = dict(os.environ, **{UMASK_ENV: umask or os.environ.get(UMASK_ENV) or current_umask()})
     if foreground:
-        os.execv(sys.executable, argv)
+        os.execve(sys.executable, argv, env)
     log = os.open(where.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                 start_new_session=True, close_fds=True)
+                                 start_new_session=True, close_fds=True, env=env)
     finally:
         os.close(log)
     deadline = time.monotonic() + START_TIMEOUT

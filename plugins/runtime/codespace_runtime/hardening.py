@@ -15,6 +15,20 @@ from collections.abc import Sequence
 from codespace.contract import HardeningError, arm_parent_death_signal, harden_process
 
 LD_PREFIX = "LD_"
+UMASK_ENV = "CODESPACE_WORKER_UMASK"
+"""The umask in octal under which the worker creates files for the agent: the server's (child
+mode), else the one the worker was started with (a daemon: its starter's, ``start --umask``, or
+its unit's ``UMask=``), since its hardening sets 077 before the runner takes this back."""
+
+
+def current_umask() -> str:
+    """This process's umask in octal, read without setting it (os.umask would change it for
+    every thread)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return line.split()[1]
+    return "022"
 
 
 def reexec_without_ld(keep_fds: Sequence[int] = ()) -> None:

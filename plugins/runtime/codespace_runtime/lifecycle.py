@@ -30,7 +30,8 @@ from codespace.contract import RunnerLost, ToolError
 from . import daemon, sockets, tokens
 from .client import WorkerClient, WorkerError, WorkerGone
 from .protocol import PROTOCOL
-from .runner import POLICY_ENV, UMASK_ENV, policy_digest
+from .hardening import UMASK_ENV, current_umask
+from .runner import POLICY_ENV, policy_digest
 
 CLIENT_NAME = "codespace-server"
 START_TIMEOUT_S = 20.0
@@ -50,15 +51,6 @@ def worker_command() -> list[str]:
                         "codespace-runtime (pip install ./plugins/runtime), or set runtime.worker = \"off\"",
                         code="worker_unavailable")
     return [found]
-
-
-def _current_umask() -> str:
-    """This process's umask, read without setting it (os.umask would change it for every thread)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("Umask:"):
-                return line.split()[1]
-    return "022"
 
 
 def _is_open(client: WorkerClient) -> bool:
@@ -278,7 +270,7 @@ class ChildWorker(Worker):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ, CODESPACE_STATE_DIR=str(self.workspace.state_dir))
         env[POLICY_ENV] = str(self.workspace.policy_path or "")
-        env[UMASK_ENV] = _current_umask()
+        env[UMASK_ENV] = current_umask()
         argv = [*worker_command(), "serve", "--workspace", str(self.workspace.root), "--fd", str(theirs.fileno()),
                 "--token-file", str(self._token_file)]
         try:

@@ -29,14 +29,13 @@ from pydantic import ValidationError
 from .role import mark_worker_process
 from .errors_wire import NotRun
 from .framing import close_all as _close
+from .hardening import UMASK_ENV
 from .judging import Judge
 from .runner_sessions import session_handlers
 
 Handler = Callable[[dict, list[int]], Awaitable[dict]]
 POLICY_ENV = "CODESPACE_WORKER_POLICY"
 """The policy file the server was started with (child mode: set by the server that starts the worker)."""
-UMASK_ENV = "CODESPACE_WORKER_UMASK"
-"""The server's umask in octal (child mode): what files created for the agent are made under."""
 SERVES = ["files", "patch", "commands"]
 STOP_GRACE_S = 0.02
 """At the worker's stop, SIGTERM to every command, then SIGKILL after this long (the server's own grace)."""
@@ -192,9 +191,9 @@ def _tool_handler(host: Any) -> Handler:
 
 
 def _agent_umask(value: str | None) -> None:
-    """Take the server's umask for what the backends create for the agent, so a file written
-    through the worker gets the mode it gets in-process (the hardening's 077 would make every
-    new file 0600). The worker's own files do not depend on it: the token is only read, the
+    """Take the agent's umask (``UMASK_ENV``: the server's in child mode, the daemon's start-up
+    umask otherwise) for what the backends create for the agent, so a file written through the
+    worker gets the mode it gets in-process (the hardening's 077 would make every new file 0600). The worker's own files do not depend on it: the token is only read, the
     socket is bound under an explicit 077, journal and state files have explicit modes."""
     if not value:
         return

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from codespace.contract import gate
 
 from . import daemon, sockets, tokens
-from .hardening import harden_worker, reexec_without_ld
+from .hardening import UMASK_ENV, current_umask, harden_worker, reexec_without_ld
 from .service import Drain, Handler, serve_connection, serve_listener
 
 EXIT_USAGE = 2
@@ -55,6 +55,7 @@ def serve(args: ServeArgs) -> int:
     if args.socket is not None:
         args.socket = os.path.abspath(args.socket)
     keep = [args.fd] if args.fd is not None else []
+    os.environ.setdefault(UMASK_ENV, current_umask())  # before the hardening's 077: the agent's files'
     reexec_without_ld(keep)
     harden_worker(keep, parent_pid=parent)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="codespace-worker[%(process)d] %(message)s")

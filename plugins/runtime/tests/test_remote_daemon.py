@@ -108,3 +108,33 @@ async def test_a_daemon_gone_under_an_attached_server_leaves_no_operation_runnin
         assert listed["sessions"] == []
         again = await call_ok(client, "exec", {"command": ["echo", "back"]})
         assert again["output"] == "back\n"
+
+
+@pytest.mark.parametrize(("started_under", "flag", "mode"), [(0o022, None, 0o644), (0o077, None, 0o600),
+                                                             (0o077, "022", 0o644), (0o022, "027", 0o640)])
+async def test_the_agents_new_files_get_the_daemons_umask(daemon_ws, state, started_under, flag, mode):
+    """The daemon's hardening sets umask 077 for itself; the agent's files get the umask it was
+    started with, or ``start --umask``, as a write in-process gets the server's."""
+    from codespace.testing import build_app
+
+    extra = ["--umask", flag] if flag else []
+    started = subprocess.run([sys.executable, "-m", "codespace_runtime.cli", "start", "--workspace", str(daemon_ws),
+                              *extra], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "CODESPACE_STATE_DIR": str(state)},
+                             preexec_fn=lambda: os.umask(started_under))
+    assert started.returncode == 0, started.stderr
+    async with connect(build_app(daemon_ws, state_dir=state)) as client:
+        await serving(client)
+        await call_ok(client, "write_file", {"path": "written.txt", "content": "x\n"})
+        await call_ok(client, "apply_patch", {"patch": "*** Begin Patch\n*** Add File: added.txt\n+y\n*** End Patch"})
+        await call_ok(client, "exec", {"command": ["sh", "-c", "echo z > by-command.txt"]})
+    for name in ("written.txt", "added.txt", "by-command.txt"):
+        assert (daemon_ws / name).stat().st_mode & 0o777 == mode, name
+
+
+def test_a_bad_umask_is_refused_before_anything_starts(daemon_ws, state):
+    refused = subprocess.run([sys.executable, "-m", "codespace_runtime.cli", "start", "--workspace", str(daemon_ws),
+                              "--umask", "0x22"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "CODESPACE_STATE_DIR": str(state)})
+    assert refused.returncode == 2 and "'0x22' is not an octal umask" in refused.stderr
+    assert not (state / "worker" / "worker.pid").exists() or _worker("status", daemon_ws, state).returncode == 3
