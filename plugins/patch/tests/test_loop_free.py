@@ -26,7 +26,12 @@ except OracleUnavailable:
 needs_real_fs = pytest.mark.skipif(not REAL_FS, reason="codespace-fs is not installed in this environment")
 needs_oracle = pytest.mark.skipif(ORACLE is None, reason="the pinned codex binary is not cached; run pin_check.py")
 
-HEAVY = ("asyncio", "anyio", "pydantic", "ctypes", "shutil", "hashlib", "platform")
+HEAVY = ("asyncio", "anyio", "pydantic", "ctypes", "shutil", "hashlib", "platform",
+         # The plugin machinery (the core chooses the backend without it when the helper is
+         # handed its plugins), dataclasses with the inspect it loads (the core's rules and
+         # workspace are plain classes), the command rules' parsers.
+         "pluggy", "codespace.plugins", "codespace.hookspecs", "dataclasses", "inspect", "shlex",
+         "importlib.metadata")
 
 
 def test_drive_returns_what_the_coroutine_returns_and_raises_what_it_raises():
