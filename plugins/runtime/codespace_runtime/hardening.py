@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from codespace.contract import HardeningError, arm_parent_death_signal, harden_process
 
 LD_PREFIX = "LD_"
+EXIT_REEXEC = 2
+"""Exit status when the worker cannot start again without ``LD_*`` (a refused start-up)."""
 UMASK_ENV = "CODESPACE_WORKER_UMASK"
 """The umask in octal under which the worker creates files for the agent: the server's (child
 mode), else the one the worker was started with (a daemon: its starter's, ``start --umask``, or
@@ -44,7 +46,14 @@ def reexec_without_ld(keep_fds: Sequence[int] = ()) -> None:
     for fd in keep_fds:
         os.set_inheritable(fd, True)
     argv = [sys.executable, *sys.orig_argv[1:]]
-    os.execve(sys.executable, argv, env)
+    # The running image through /proc/self/exe: its path may pass a directory this uid cannot
+    # search (an interpreter under a home only root enters, reached by a setpriv'd start), and
+    # the magic link does not walk it. argv[0] stays sys.executable, so a venv is found again.
+    try:
+        os.execve("/proc/self/exe", argv, env)
+    except OSError as exc:
+        os.write(2, f"codespace-worker: cannot start again without LD_* ({exc}); refusing to run with them\n".encode())
+        os._exit(EXIT_REEXEC)
 
 
 def harden_worker(keep_fds: Sequence[int], *, parent_pid: int | None = None) -> None:

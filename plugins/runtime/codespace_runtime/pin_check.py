@@ -78,18 +78,9 @@ def run_uds(request: PinCheckRequest) -> PinReport:
     return report
 
 
-def _effects(argv: list[str], env: dict[str, str], uid: int, home: Path, ready: Path | None = None,
-             reset=None) -> dict[str, str]:
-    """Dumpable and the core limit as ``uid`` (an unprivileged one); LD_* as ourselves (see observe)."""
-    unprivileged = pin_hardening.observe(argv, env, uid, home, ready)
-    if reset:
-        reset()
-    own = pin_hardening.observe(argv, env, os.geteuid(), home, ready) if uid != os.geteuid() else unprivileged
-    if reset:
-        reset()
-    row = unprivileged.as_row()
-    row["LD_* in /proc/<pid>/environ"] = own.as_row()["LD_* in /proc/<pid>/environ"]
-    return row
+def _effects(argv: list[str], env: dict[str, str], uid: int, home: Path, ready: Path | None = None) -> dict[str, str]:
+    """Dumpable, the core limit and LD_* of ``argv`` running as ``uid`` (an unprivileged one)."""
+    return pin_hardening.observe(argv, env, uid, home, ready).as_row()
 
 
 def compare_effects(ours: dict[str, str], theirs: dict[str, str], report: PinReport) -> None:
@@ -148,13 +139,10 @@ def _compare_worker(request: PinCheckRequest, base: Path, uid: int, home: Path, 
     name, argv, env, theirs = oracle
     request.log(f"pin check {HARDENING}: our worker against {name}")
     workers = {u: pin_hardening.OurWorker.make(base, u) for u in {uid, os.geteuid()}}
-    unprivileged, own = workers[uid], workers[os.geteuid()]
-    ours = pin_hardening.observe(unprivileged.argv, unprivileged.env, uid, home, unprivileged.socket).as_row()
-    unprivileged.reset()
-    ours["LD_* in /proc/<pid>/environ"] = pin_hardening.observe(
-        own.argv, own.env, os.geteuid(), home, own.socket).as_row()["LD_* in /proc/<pid>/environ"]
-    own.reset()
+    ours = _effects(workers[uid].argv, workers[uid].env, uid, home, workers[uid].socket)
+    workers[uid].reset()
     compare_effects(ours, theirs, report)
+    own = workers[os.geteuid()]  # the exit codes under pin_deny, which runs as this uid
     for step, expected in STEPS.items():
         report.cases += 1
         up_code, up_err = pin_hardening.exit_status(argv, env, os.geteuid(), home, step)

@@ -136,12 +136,9 @@ def read_effects(pid: int, uid: int) -> Effects:
 
 def observe(argv: list[str], env: dict[str, str], uid: int, home: Path, ready: Path | None = None) -> Effects:
     """Start ``argv`` as ``uid``, wait until ``ready`` exists (else let it settle), read its /proc
-    entries, stop it. ``LD_*`` is set only when ``uid`` is ours: our worker starts itself again
-    without them, and another uid may not be able to execute the interpreter's real path (a
-    version manager's under a home only root enters), which is this machine's limit, not the
-    worker's behaviour under test."""
-    marks = {LD_MARK: "1"} if uid == os.geteuid() else {}
-    full_env = {"HOME": str(home), "PATH": "/usr/bin:/bin", **marks, **env}
+    entries, stop it. ``LD_*`` is set (``LD_MARK``), to see whether it stays in the process's
+    start-up block."""
+    full_env = {"HOME": str(home), "PATH": "/usr/bin:/bin", LD_MARK: "1", **env}
     proc = subprocess.Popen(as_uid(uid, argv), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env=full_env)
     try:

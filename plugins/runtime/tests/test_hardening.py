@@ -97,7 +97,10 @@ def test_only_the_listener_and_the_lock_are_open_and_stdin_is_dev_null(hardened)
 
 
 @needs_root
-def test_a_same_uid_process_cannot_read_the_workers_memory():
+def test_as_another_uid_its_memory_is_closed_and_ld_is_gone_even_if_the_interpreter_path_is_not_searchable():
+    """Started as uid 1000 with LD_* set: the worker starts itself again without them (through
+    /proc/self/exe, since the interpreter's path may pass a directory only root may search, as
+    a version manager's under /root does), and a same-uid process cannot read its memory."""
     base = Path(tempfile.mkdtemp(prefix="cs-dump-"))
     try:
         for sub in ("ws", "sock"):
@@ -109,11 +112,13 @@ def test_a_same_uid_process_cannot_read_the_workers_memory():
                                                     str(base / "sock" / "worker.sock"), "--token-file",
                                                     str(base / "token"), "--no-runner"))
         worker = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  env={**os.environ, "CODESPACE_STATE_DIR": str(base / "state")})
+                                  env={**os.environ, "CODESPACE_STATE_DIR": str(base / "state"),
+                                       "LD_CODESPACE_TEST": "1"})
         control = subprocess.Popen(as_uid(UNPRIVILEGED_UID, ["sleep", "30"]))
         try:
             wait_for_socket(base / "sock" / "worker.sock", worker)
             assert proc_status(worker.pid)["Uid"].split()[0] == str(UNPRIVILEGED_UID)
+            assert not [v for v in Path(f"/proc/{worker.pid}/environ").read_bytes().split(b"\0") if v.startswith(b"LD_")]
             # A non-dumpable process's /proc entries belong to root; an ordinary one's to its uid.
             assert os.stat(f"/proc/{worker.pid}/fd").st_uid == 0
             assert os.stat(f"/proc/{control.pid}/fd").st_uid == UNPRIVILEGED_UID
