@@ -29,10 +29,13 @@ PR_SET_CHILD_SUBREAPER = 36
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
-def descendants(root: int) -> list[int]:
-    """Live processes below ``root`` (from the parent links in /proc)."""
+def descendants(root: int, procs=None) -> list[int]:
+    """Live processes below ``root`` (from the parent links in /proc). ``procs``: rows of
+    (pid, ppid, ...) of live processes, a process table the caller already took."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
+    for row in procs or ():
+        children.setdefault(row[1], []).append(row[0])
+    for entry in os.listdir("/proc") if procs is None else ():
         if not entry.isdigit():
             continue
         try:

@@ -28,6 +28,7 @@ from ..contract.sandbox import Sandbox, SandboxCleanup, SandboxFastPath, Sandbox
 from ..store import proc_start_ticks
 from .buffer import OutputBuffer
 from ..procfs import table
+from .janitor import run_detached
 from .session import DRAIN_AFTER_EXIT_S, ProcessHandle, Session
 from .spawn import PipeProcess, close_parent_copies, feed_payloads, prepare_inherited, resolve_program, spawn_error
 from .tracking import Tracker, remove_tree, wrap_argv
@@ -90,6 +91,10 @@ class ProcessRegistry:
         self._sandbox_ended: dict[str, Callable[[], None]] = {}  # session id -> its sandbox's command_ended
         self.tracker = Tracker(workspace.state_dir)
         self._stopped = False  # shutdown() ran to its end; a second call has nothing to do
+        # Set by a server that exits right after its shutdown (stdio): the sandbox clean-ups of
+        # the sessions it stops run in a detached child (see janitor) instead of before the exit.
+        self.detach_cleanups = False
+        self._deferred: list[Callable[[], None]] | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[ProcessRegistry]:
@@ -117,6 +122,8 @@ class ProcessRegistry:
         live = [s for s in self._sessions.values() if not s.finished.is_set()]
         if not live and self._stopped:
             return
+        if self.detach_cleanups:
+            self._deferred = []
         procs = table()
         for session in live:
             session.terminated_by = "shutdown"
@@ -132,6 +139,9 @@ class ProcessRegistry:
             for session in live:
                 await session.settled.wait()  # recorded, before the store closes
         self._stopped = True
+        deferred, self._deferred = self._deferred, None
+        if deferred:
+            run_detached(deferred)
 
     # -- sessions ----------------------------------------------------------------
 
@@ -256,7 +266,9 @@ class ProcessRegistry:
     async def _finished(self, session: Session) -> None:
         """Close the operation of a session whose exec call returned while it still ran."""
         ended = self._sandbox_ended.pop(session.id, None)
-        if ended is not None:
+        if ended is not None and self._deferred is not None:
+            self._deferred.append(ended)
+        elif ended is not None:
             try:
                 ended()  # e.g. placeholders on the host that no running command needs any more
             except Exception:  # noqa: BLE001 - a backend's clean-up must not lose the record below

@@ -212,7 +212,7 @@ class Session:
     def leftovers(self, procs: list[ProcRow] | None = None) -> bool:
         """Is any process the command started still alive?"""
         return (bool(members(self.pid, procs)) or populated(self.group)
-                or (self.keeper and bool(descendants(self.pid))))
+                or (self.keeper and bool(descendants(self.pid, procs))))
 
     async def terminate(self, signum: int, grace_s: float) -> None:
         """``signum`` to everything, then SIGKILL after ``grace_s`` if anything is left."""

@@ -72,6 +72,8 @@ async def _serve(workspace: str | None, policy: str | None, state_dir: str | Non
             if direct is not None:
                 direct.app = app
             front.check_listing([tool.name for tool in app.registry])
+            # The process exits right after the shutdown: what only tidies the disk need not delay it.
+            app.processes.detach_cleanups = True
             async with app.running():
                 ready.set()
                 await connection.finished.wait()
