@@ -14,10 +14,12 @@ installs them there from npm). Without node or the packages the tests skip, exce
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -107,3 +109,37 @@ def test_every_tool_with_the_server_as_an_unprivileged_user():
         assert (ws / "src" / "pkg").stat().st_uid == UNPRIVILEGED  # made by the server, as that user
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _worker_cli(action: str, ws: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codespace_runtime.cli", action, "--workspace", str(ws)],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("codespace_runtime") is None, reason="codespace-runtime is not installed")
+@pytest.mark.parametrize(("mode", "sdk", "transport"), [
+    ("child", "sdk1", "stdio"), ("child", "client2", "http"), ("daemon", "client2", "stdio"), ("daemon", "sdk1", "http")])
+def test_every_tool_through_the_hardened_worker(ws, state, tmp_path, mode, sdk, transport):
+    """The same run with every workspace side effect in the worker (codespace-runtime): a child
+    of the server, or the workspace's daemon. What the agent is shown must not change."""
+    node, modules = _require(sdk)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[runtime]\nworker = "{mode}"\n')
+    daemon_env = {"CODESPACE_STATE_DIR": str(state), "CODESPACE_WORKER_POLICY": str(policy)}
+    if mode == "daemon":
+        started = _worker_cli("start", ws, daemon_env)
+        assert started.returncode == 0, started.stderr
+    try:
+        env = {"CS_SDK": sdk, "CS_TRANSPORT": transport, "CS_WORKSPACE": str(ws)}
+        argv = _server_argv(ws, state, "--policy", str(policy))
+        if transport == "stdio":
+            report = _run(node, modules, {**env, "CS_SERVER_CMD": json.dumps(argv)})
+        else:
+            with http_serving([*argv, "--transport", "http", "--port", "0"]) as (url, _):
+                report = _run(node, modules, {**env, "CS_URL": url, "CS_TOKEN": (state / "http-token").read_text().strip()})
+    finally:
+        if mode == "daemon":
+            _worker_cli("stop", ws, daemon_env)
+    assert report["ok"] > 200
+    seen = json.loads((state / "worker" / "child-status.json").read_text())
+    assert seen["worker"] == mode and seen["starts"] >= 1 and "last_failure" not in seen, seen
