@@ -35,8 +35,8 @@ same way with this environment's third-party packages, in the same interleaved r
 
 ``--startup`` times the helper's start-up instead, as whole processes started as the
 helper is (same interpreter, flags, path and environment), each stage adding one step of
-the helper's road to the previous one: the interpreter; the standard-library modules the
-core's gate and plugin machinery load; the gate's workspace; the file-system backend
+the helper's road to the previous one: the interpreter; the standard-library modules still
+on the road (``STDLIB_ON_ROAD``); the gate's workspace; the file-system backend
 chosen by the core; the patch modules; the whole helper on the big case. Wall and CPU
 medians, interleaved.
 """
@@ -224,11 +224,13 @@ def _stage_code(boot: str, step: str) -> str:
     return boot.split(";from codespace_patch.cli import")[0] + ";" + step + ";import os;os._exit(0)"
 
 
+# The standard-library modules still on the helper's road: typing and logging come with
+# codespace-fs (roots.NamedTuple, plugin and resolve's loggers), pathlib with the workspace.
+STDLIB_ON_ROAD = "import typing, logging, pathlib"
 STAGES = {
     "interpreter (pass)": "pass",
-    "+ stdlib the core loads": "import re, typing, dataclasses, pathlib, logging, inspect",
-    "+ gate.open_workspace": "import re, typing, dataclasses, pathlib, logging, inspect;"
-                             "from codespace.contract import gate;w=gate.open_workspace('.')",
+    "+ typing, logging, pathlib": STDLIB_ON_ROAD,
+    "+ gate.open_workspace": STDLIB_ON_ROAD + ";from codespace.contract import gate;w=gate.open_workspace('.')",
     "+ gate.filesystem": "from codespace.contract import gate;w=gate.open_workspace('.');"
                          "gate.filesystem(w, [('fs', 'codespace_fs.plugin'), ('patch', 'codespace_patch.plugin')])",
     "+ patch modules": "from codespace.contract import gate;w=gate.open_workspace('.');"
