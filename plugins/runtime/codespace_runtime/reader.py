@@ -33,6 +33,8 @@ class FrameReader:
         self._sock = sock
         self._fd = sock.fileno()
         self._buf = bytearray()
+        self._chunk = bytearray(CHUNK)
+        self._chunk_view = memoryview(self._chunk)
         self._base = 0          # stream offset of _buf[0]
         self._next = 0          # stream offset of the next frame not parsed yet
         self._fds: dict[int, list[int]] = {}   # frame start -> descriptors that came with it
@@ -89,17 +91,19 @@ class FrameReader:
 
     def _on_readable(self) -> None:
         try:
-            data, ancdata, flags, _ = self._sock.recvmsg(CHUNK, _ANCILLARY, socket.MSG_CMSG_CLOEXEC)
+            # Into a buffer kept for the connection's life: recvmsg(CHUNK) would allocate (and
+            # fault in) CHUNK bytes per read, several times the cost of a small frame's read.
+            n, ancdata, flags, _ = self._sock.recvmsg_into([self._chunk], _ANCILLARY, socket.MSG_CMSG_CLOEXEC)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
             self._finish(exc)
         else:
-            self._take(data, _descriptors(ancdata), flags)
+            self._take(self._chunk_view[:n], _descriptors(ancdata), flags)
         if self._waiter is not None and not self._waiter.done() and self._ready:
             self._waiter.set_result(None)
 
-    def _take(self, data: bytes, fds: list[int], flags: int) -> None:
+    def _take(self, data: bytes | memoryview, fds: list[int], flags: int) -> None:
         if flags & socket.MSG_CTRUNC:
             close_all(fds)
             self._finish(FrameError(f"frame refused: more than {MAX_FDS} descriptors attached", fatal=True))
