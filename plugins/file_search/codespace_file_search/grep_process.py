@@ -25,6 +25,8 @@ _CHUNK = 1 << 20
 _F_SETPIPE_SZ = 1031
 _END = b'\n{"type":"end"'
 _MAX_ERRORS = 50
+_EAGER_WAKEUPS = 16  # a small search ends within these: read at once, no added latency
+_BATCH_SECONDS = 0.005
 
 
 def _grow_pipe(fd: int) -> None:
@@ -73,11 +75,18 @@ class RgRun:
         _grow_pipe(fd)
         buf = b""
         dropping = skip = False
+        wakeups = 0
         while True:
             self._check_stop()
             ready, _, _ = select.select([fd], [], [], 0.05)
             if not ready:
                 continue
+            wakeups += 1
+            if wakeups > _EAGER_WAKEUPS:
+                # A long search: rg writes each file's records as it finishes the file, about
+                # one write a millisecond, and reading each at once costs a wakeup and a pass
+                # of this loop per file on CPUs rg's threads need. Let a few collect first.
+                time.sleep(_BATCH_SECONDS)
             chunk = os.read(fd, _CHUNK)
             if not chunk:
                 return
