@@ -95,6 +95,8 @@ class Buffer:
 
     def blank_edged(self) -> set[int]:
         """Entries whose path starts or ends with a blank (as ``_BLANKS``)."""
+        if self._blank_edged is None and not any(c in self.text for c in " \x0c\r"):
+            self._blank_edged = set()  # the common case, settled by three scans in C
         if self._blank_edged is None:
             blank = "[ \\x0c\\r]"
             found = re.findall(f"\\n{blank}[^\\n\\t]*\\t(\\d+)|{blank}\\t(\\d+)", self.text)
