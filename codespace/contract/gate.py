@@ -101,17 +101,18 @@ def paths_refusal(
 ) -> Refused | None:
     """The first refusal among a call's paths, in the gateway's order: reads, then writes
     (a final link is replaced or removed, not followed), then writes through a final link
-    (judged where the link leads)."""
+    (judged where the link leads). Each directory is resolved once per call."""
+    resolved: dict[str, str] = {}
     for path in read:
-        refusal = rules.check(path, "read")
+        refusal = rules.check(path, "read", resolved=resolved)
         if refusal is not None:
             return refusal
     for path in write:
-        refusal = rules.check(path, "write")
+        refusal = rules.check(path, "write", resolved=resolved)
         if refusal is not None:
             return refusal
     for path in write_through:
-        refusal = rules.check(path, "write", follow_leaf=True)
+        refusal = rules.check(path, "write", follow_leaf=True, resolved=resolved)
         if refusal is not None:
             return refusal
     return None

@@ -202,22 +202,26 @@ class PathRules:
                 )
         return None
 
-    def check(self, path: str, need: Need, *, follow_leaf: bool | None = None) -> Refused | None:
+    def check(
+        self, path: str, need: Need, *, follow_leaf: bool | None = None, resolved: dict[str, str] | None = None
+    ) -> Refused | None:
         """Check ``path`` as written and as its existing prefix resolves.
 
         By default a write does not follow a final link (the backend replaces or
         removes the link itself), so only the parent directory is resolved; a write
         that goes through the link (a patch updating a linked file) passes
-        ``follow_leaf=True``."""
+        ``follow_leaf=True``. ``resolved``: where a caller checking many paths at once
+        keeps the resolutions of this check (a patch's targets share a few parents,
+        and each resolution costs a system call per component)."""
         refusal = self.check_exact(path, need)
         if refusal is not None:
             return _with_hint(refusal, need)
         follow = need == "read" if follow_leaf is None else follow_leaf
         try:
             if not follow and path != "/":
-                real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+                real = os.path.join(_realpath(os.path.dirname(path), resolved), os.path.basename(path))
             else:
-                real = os.path.realpath(path)
+                real = _realpath_through(path, resolved)
         except (OSError, ValueError):
             return None
         if real != path:
@@ -228,6 +232,27 @@ class PathRules:
                     need,
                 )
         return None
+
+
+def _realpath(path: str, resolved: dict[str, str] | None) -> str:
+    if resolved is None:
+        return os.path.realpath(path)
+    real = resolved.get(path)
+    if real is None:
+        real = resolved[path] = os.path.realpath(path)
+    return real
+
+
+def _realpath_through(path: str, resolved: dict[str, str] | None) -> str:
+    """``os.path.realpath(path)``, from the parent's kept resolution when the last component
+    is not a link (what realpath itself does after resolving the parent)."""
+    if resolved is None or not path.startswith("/") or path == "/":
+        return _realpath(path, resolved)
+    parent, name = os.path.split(path)
+    if name in ("", ".", ".."):
+        return _realpath(path, resolved)
+    candidate = os.path.join(_realpath(parent, resolved), name)
+    return os.path.realpath(path) if os.path.islink(candidate) else candidate
 
 
 def _with_hint(refusal: Refused, need: Need) -> Refused:

@@ -1,0 +1,59 @@
+"""The path rules resolve a call's paths with a memo of parent directories
+(``PathRules.check(..., resolved=...)``): every resolution must be ``os.path.realpath``'s,
+links of every kind included, and a refusal must be the same with and without the memo."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from codespace.contract import gate
+from codespace.policy.paths import _realpath_through
+from codespace.workspace import Workspace
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "dir" / "sub").mkdir(parents=True)
+    (root / "dir" / "file.txt").write_text("x")
+    (root / "other").mkdir()
+    os.symlink("file.txt", root / "dir" / "to_file")
+    os.symlink("../other", root / "dir" / "to_other")
+    os.symlink("missing", root / "dir" / "dangling")
+    os.symlink("loop_b", root / "dir" / "loop_a")
+    os.symlink("loop_a", root / "dir" / "loop_b")
+    os.symlink(str(tmp_path), root / "dir" / "to_outside")
+    os.symlink("to_file", root / "dir" / "to_link")
+    os.symlink("dir", root / "linked_dir")
+    (root / "dir" / "plain").touch()
+    return root
+
+
+NAMES = ["file.txt", "to_file", "to_other", "dangling", "loop_a", "to_outside", "to_link", "sub", "absent",
+         "plain", "to_other/deeper", "sub/..", "sub/.", "."]
+
+
+def test_memoised_resolution_is_realpaths(tree):
+    resolved: dict[str, str] = {}
+    for base in ("dir", "linked_dir", "absent_dir", "dir/file.txt"):
+        for name in NAMES:
+            path = str(tree / base) + "/" + name
+            assert _realpath_through(path, resolved) == os.path.realpath(path), path
+            assert _realpath_through(path, None) == os.path.realpath(path), path
+    assert _realpath_through("/", resolved) == "/"
+
+
+def test_refusals_are_the_same_with_and_without_the_memo(tree, tmp_path):
+    workspace = Workspace.open(tree, state_dir=tmp_path / "state")
+    paths = [gate.normalize(f"{base}/{name}", str(tree)) for base in ("dir", "linked_dir") for name in NAMES]
+    for path in paths:
+        for follow in (True, False, None):
+            for need in ("read", "write"):
+                kept = workspace.paths.check(path, need, follow_leaf=follow, resolved={})
+                fresh = workspace.paths.check(path, need, follow_leaf=follow)
+                assert (kept and kept.message) == (fresh and fresh.message), (path, need, follow)
+    refusal = gate.paths_refusal(workspace.paths, write_through=paths)
+    assert refusal is not None and "to_outside" in refusal.message and "symbolic link" in refusal.message
