@@ -294,5 +294,7 @@ async def stdio_transport(front: Front) -> AsyncIterator[StdioConnection]:
                 yield connection
             finally:
                 tg.cancel_scope.cancel()
+                if front.direct is not None:
+                    await front.direct.close()
     finally:
         claim.release()
