@@ -44,6 +44,12 @@ class Walked:
     cancelled: bool = False
     memo: dict = field(default_factory=dict)
     """What searches derive from these entries and may reuse while the walk is kept."""
+    mended: bool = False
+    """Made by mending a kept walk where the tree changed (``walk_repair``), not by a walk."""
+    contexts: dict = field(default_factory=dict)
+    """For a watched walk: each directory read (relative path) -> (real path, depth of its
+    entries, ignore scopes, in a repository, (device, inode)), what ``walk_repair`` needs to
+    read it again alone."""
 
 
 class _Stop(Exception):
@@ -63,6 +69,8 @@ class _Walk:
         self.deadline = time.monotonic() + bounds.seconds
         self.out = Walked()
         self.ancestors: set[tuple[int, int]] = set()
+        self.skip: set[str] = set()
+        """Directories not to descend into (``walk_index`` keeps what it had below them)."""
 
     def hidden(self, real: str) -> bool:
         if self.rules is None:
@@ -93,9 +101,11 @@ class _Walk:
             raise _Stop
         self.out.dirs += 1
         if self.watch is not None:
-            self.watch.directory(fd)  # before listing: a change from here on is heard
+            self.watch.directory(fd, rel)  # before listing: a change from here on is heard
         st = os.fstat(fd)
         key = (st.st_dev, st.st_ino)
+        if self.watch is not None:
+            self.out.contexts[rel] = (real, depth, scopes, in_repo, key)
         self.ancestors.add(key)
         try:
             self._entries(fd, rel, real, depth, scopes, in_repo)
@@ -152,6 +162,8 @@ class _Walk:
                 self.out.truncated = f"max_depth ({self.bounds.depth}): deeper directories were not read"
             return
         for name, path, target in later:
+            if path in self.skip:
+                continue
             try:
                 child = os.open(name, _DIR_OPEN, dir_fd=fd)
             except OSError:
@@ -190,6 +202,29 @@ class _Walk:
             self.directory(fd, path, real, depth + 1, scopes, in_repo)
         finally:
             os.close(fd)
+
+
+def walk_below(root_real: str, rel: str, context: tuple, rules, bounds: Bounds,  # noqa: ANN001 - PathRules
+               cancel: threading.Event | None, watch, skip: set[str], ancestors: set[tuple[int, int]]) -> Walked | None:  # noqa: ANN001
+    """The walk of the directory ``rel`` alone (not its own entry), read in ``context`` (as
+    ``Walked.contexts`` holds it), not descending into ``skip``; None when it is no longer
+    the directory the context names (removed, or its path now leads elsewhere)."""
+    real, depth, scopes, in_repo, _ = context
+    try:
+        fd = os.open(real, _DIR_OPEN)
+    except OSError:
+        return None
+    state = _Walk(root_real, rules, bounds, cancel, watch)
+    state.skip, state.ancestors = skip, set(ancestors)
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}") != real:
+            return None
+        state.directory(fd, rel, real, depth, scopes, in_repo)
+    except _Stop:
+        pass
+    finally:
+        os.close(fd)
+    return state.out
 
 
 def walk(root_real: str, rules=None, bounds: Bounds | None = None,  # noqa: ANN001 - codespace PathRules

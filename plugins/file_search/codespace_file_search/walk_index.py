@@ -22,6 +22,7 @@ import threading
 from collections import OrderedDict
 
 from .walk import Bounds, Walked, walk
+from .walk_repair import repair
 
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
@@ -38,14 +39,19 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 class _Watcher:
-    """One inotify instance: the watches of one kept walk, and whether anything changed."""
+    """One inotify instance: the watches of one kept walk, and what changed since."""
 
     def __init__(self) -> None:
         self.fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         self.usable = self.fd >= 0
         self.ancestors: set[int] = set()
-        self.watched: set[int] = set()
-        """Watches where any entry event counts (an ancestor watch only hears of ``.git``)."""
+        self.dirs: dict[int, set[str]] = {}
+        """Watch -> the walked directories (relative) it hears: one directory reached by its
+        path and through a link is one watch."""
+        self.wd_of: dict[str, int] = {}
+        self.links: dict[int, set[bytes]] = {}
+        """Watches of link targets (b'': any event on the target itself) and of the directories
+        they live in (the target's name): such an event walks again."""
 
     def _add(self, path: str, mask: int) -> int:
         if not self.usable:
@@ -57,15 +63,31 @@ class _Watcher:
             self.usable = False  # the watch limit (or a vanished path): this walk is not kept
         return wd
 
-    def directory(self, fd: int) -> None:
-        self.watched.add(self._add(f"/proc/self/fd/{fd}", _DIR_MASK | IN_ONLYDIR))
+    def directory(self, fd: int, rel: str) -> None:
+        wd = self._add(f"/proc/self/fd/{fd}", _DIR_MASK | IN_ONLYDIR)
+        if wd >= 0:
+            self.dirs.setdefault(wd, set()).add(rel)
+            self.wd_of[rel] = wd
+
+    def forget(self, rel: str) -> None:
+        """``rel`` is no longer part of the walk: its watch goes when nothing else needs it."""
+        wd = self.wd_of.pop(rel, None)
+        if wd is None:
+            return
+        rels = self.dirs.get(wd, set())
+        rels.discard(rel)
+        if not rels:
+            self.dirs.pop(wd, None)
+            if wd not in self.links and wd not in self.ancestors and self.fd >= 0:
+                _libc.inotify_rm_watch(self.fd, wd)
 
     def link(self, target: str) -> None:
         if os.path.lexists(target):
-            self.watched.add(self._add(target, _SELF_MASK))
+            self.links.setdefault(self._add(target, _SELF_MASK), set()).add(b"")
         parent = os.path.dirname(target)
         if os.path.isdir(parent):
-            self.watched.add(self._add(parent, _ENTRIES | IN_ONLYDIR))
+            self.links.setdefault(self._add(parent, _ENTRIES | IN_ONLYDIR), set()).add(
+                os.fsencode(os.path.basename(target)))
         else:
             self.usable = False  # nowhere to hear the target appear
 
@@ -78,45 +100,88 @@ class _Watcher:
                 return
             path = os.path.dirname(path)
 
-    def changed(self) -> bool:
-        """Whether any pending event could change the walk (the queue is drained)."""
-        dirty = False
+    def changes(self) -> Changes | None:
+        """What pending events say changed (the queue is drained): None for nothing that could
+        change the walk, ``ALL`` to walk again, else the directories to list or walk again."""
+        found = Changes()
         while True:
             try:
                 data = os.read(self.fd, 1 << 16)
             except BlockingIOError:
-                return dirty
+                break
             except OSError:
-                return True
+                return ALL
             if not data:
-                return dirty
-            dirty = self._judge(data) or dirty
+                break
+            if not self._judge(data, found):
+                return ALL
+        return found if (found.relist or found.rewalk) else None
 
-    def _judge(self, data: bytes) -> bool:
+    def _judge(self, data: bytes, found: Changes) -> bool:
+        """Add what ``data``'s events change to ``found``; False: only a new walk will do."""
         at = 0
-        dirty = False
         while at + _EVENT.size <= len(data):
             wd, mask, _cookie, size = _EVENT.unpack_from(data, at)
             name = data[at + _EVENT.size: at + _EVENT.size + size].rstrip(b"\0")
             at += _EVENT.size + size
             if mask & IN_Q_OVERFLOW:
-                return True
+                return False
             if mask & IN_IGNORED:
                 continue
-            if wd in self.ancestors and wd not in self.watched:
-                dirty = dirty or name == b".git"
-            elif mask & (IN_MODIFY | IN_CLOSE_WRITE):
-                dirty = dirty or name in _IGNORE_FILES
-            elif mask & IN_ATTRIB:
-                dirty = dirty or not name or bool(mask & IN_ISDIR) or name in _IGNORE_FILES
-            else:
-                dirty = True
-        return dirty
+            rels = self.dirs.get(wd)
+            quiet = mask & (IN_MODIFY | IN_CLOSE_WRITE) and name not in _IGNORE_FILES
+            if not quiet and name in self.links.get(wd, ()):
+                return False  # a link's target (or the target itself) changed
+            if rels is None:
+                if wd in self.ancestors:
+                    if name == b".git":
+                        return False
+                    continue
+                if wd in self.links:
+                    continue
+                return False  # a watch this walk does not know: be safe
+            if not _sort_event(mask, name, rels, found):
+                return False
+        return True
 
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+class Changes:
+    """Directories (relative) to list again alone, and to walk again whole."""
+
+    def __init__(self) -> None:
+        self.relist: set[str] = set()
+        self.rewalk: set[str] = set()
+
+
+ALL = Changes()
+"""Walk everything again."""
+
+
+def _sort_event(mask: int, name: bytes, rels: set[str], found: Changes) -> bool:
+    """One event in a walked directory: which kind of mending it needs; False: walk again."""
+    if mask & (IN_MODIFY | IN_CLOSE_WRITE):
+        if name in _IGNORE_FILES:
+            found.rewalk |= rels  # how the directory is read changed
+        return True
+    if mask & IN_ATTRIB:
+        if not name or name in _IGNORE_FILES:
+            found.rewalk |= rels  # the directory's own mode, or an ignore file's
+        elif mask & IN_ISDIR:
+            child = os.fsdecode(name)
+            found.rewalk |= {f"{rel}/{child}" if rel else child for rel in rels}
+        return True
+    if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
+        return "" not in rels  # the root itself; elsewhere the parent's event says it
+    if name in _IGNORE_FILES or name == b".git":
+        found.rewalk |= rels
+    else:
+        found.relist |= rels
+    return True
 
 
 class WalkIndex:
@@ -136,15 +201,25 @@ class WalkIndex:
             kept = self._kept.pop(key, None)
         if kept is not None:
             walked, watcher = kept
-            if not watcher.changed():
+            change = watcher.changes()
+            if change is None:
                 with self._lock:
                     self._store(key, kept)
                 return walked, True
+            if change is not ALL:
+                mended = repair(walked, change.relist, change.rewalk, root_real, rules, bounds, cancel, watcher)
+                if mended is not None:
+                    if watcher.usable and watcher.changes() is None:
+                        with self._lock:
+                            self._store(key, (mended, watcher))
+                    else:
+                        watcher.close()
+                    return mended, False
             watcher.close()
         watcher = _Watcher()
         watcher.ancestors_of(root_real)
         walked = walk(root_real, rules, bounds, cancel, watch=watcher)
-        if walked.truncated is None and watcher.usable and not watcher.changed():
+        if walked.truncated is None and watcher.usable and watcher.changes() is None:
             with self._lock:
                 self._store(key, (walked, watcher))
         else:
