@@ -271,7 +271,9 @@ def test_a_warm_start_answers_without_importing_the_sdk(tmp_path):
     here = tmp_path / "cwd"  # python -m puts the current directory on sys.path; agents write there
     here.mkdir()
     cold = serve_lines(tmp_path, "imports", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
-    assert re.search(rb"\| +mcp\b", cold.stderr), "the cold start should have asked the SDK for the listing"
+    # A cold start builds the listing with the protocol's types, not the SDK's server.
+    assert re.search(rb"\| +mcp_types\b", cold.stderr), "the cold start should have built the listing"
+    assert not re.search(rb"\| +(mcp|starlette|uvicorn)(\.|\n)", cold.stderr), "the cold start imported the SDK"
     (here / "notes.txt").write_text("a file the agent wrote\n")
     warm = serve_lines(tmp_path, "imports", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
     assert replies(warm)[2] == replies(cold)[2]
@@ -316,15 +318,15 @@ def test_a_new_workspace_with_the_same_policy_starts_warm(tmp_path):
     here = tmp_path / "cwd"
     here.mkdir()
     first = serve_lines(tmp_path, "one", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
-    assert re.search(rb"\| +mcp\b", first.stderr)
+    assert re.search(rb"\| +mcp_types\b", first.stderr)
     other = serve_lines(tmp_path, "two", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
     assert replies(other)[2] == replies(first)[2]
-    assert not re.search(rb"\| +mcp\b", other.stderr), "a new workspace should have started warm"
+    assert not re.search(rb"\| +mcp_types\b", other.stderr), "a new workspace should have started warm"
     own = tmp_path / "ws-three" / ".codespace"
     own.mkdir(parents=True)
     (own / "policy.toml").write_text('[plugins]\nblock = ["example"]\n')
     third = serve_lines(tmp_path, "three", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
-    assert re.search(rb"\| +mcp\b", third.stderr), "a workspace with its own policy must not reuse the listing"
+    assert re.search(rb"\| +mcp_types\b", third.stderr), "a workspace with its own policy must not reuse the listing"
     assert "tally" not in [t["name"] for t in json.loads(replies(third)[2])["result"]["tools"]]
 
 
@@ -345,4 +347,4 @@ def test_prepare_makes_the_first_start_warm(tmp_path):
     session = [INIT, INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
     first = serve_lines(tmp_path, "prepared", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
     assert "tally" in [t["name"] for t in json.loads(replies(first)[2])["result"]["tools"]]
-    assert not re.search(rb"\| +mcp\b", first.stderr), "the prepared start should have been warm"
+    assert not re.search(rb"\| +mcp_types\b", first.stderr), "the prepared start should have been warm"

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 
 from .calls import answer_call
 from .wire import (
@@ -110,10 +111,35 @@ class DirectToolCalls:
             client = info.get("name") if isinstance(info, dict) else None
         assert self.tg is not None and self.send is not None
         self.in_flight += 1
-        self._spawn(request_id, name, arguments, meta.get("progressToken"), modern, client, self.send)
+        self._spawn(self._call, request_id, name, arguments, meta.get("progressToken"), modern, client, self.send)
         return True
 
-    def _spawn(self, *args: Any) -> None:
+    def list_tools(self, request_id: Any, version: str, keep: Callable[[bytes], None]) -> None:
+        """Answer a plain ``tools/list`` once the App is built (a start without a kept listing);
+        ``keep`` gets the result's bytes for the next start."""
+        self.in_flight += 1
+        self._spawn(self._listing, request_id, version, keep)
+
+    async def _listing(self, request_id: Any, version: str, keep: Callable[[bytes], None]) -> None:
+        from .listing import build_result
+
+        assert self.send is not None
+        try:
+            if not self._app_ready.is_set():
+                await self._app_ready.wait()
+            assert self.app is not None
+            result = await anyio.to_thread.run_sync(build_result, self.app.registry, version)
+        except Exception:
+            log.exception("tools/list failed")
+            await self.send(encode({"jsonrpc": "2.0", "id": request_id,
+                                    "error": {"code": INTERNAL_ERROR, "message": "Internal error"}}))
+            return
+        finally:
+            self.in_flight -= 1
+        keep(result)
+        await self.send(b'{"jsonrpc":"2.0","id":' + encode(request_id) + b',"result":' + result + b"}")
+
+    def _spawn(self, run: Callable[..., Awaitable[None]], *args: Any) -> None:
         """One task per call. On asyncio a plain task: a task group's start_soon costs about
         50 µs of a 350 µs read_file (benchmarks/README.md, "Core"); :meth:`close` gives the
         calls the group's ending instead (cancelled, and waited for)."""
@@ -121,9 +147,9 @@ class DirectToolCalls:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another event loop (trio)
             assert self.tg is not None
-            self.tg.start_soon(self._call, *args)
+            self.tg.start_soon(run, *args)
             return
-        task = loop.create_task(self._call(*args))
+        task = loop.create_task(run(*args))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

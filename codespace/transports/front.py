@@ -105,23 +105,20 @@ class Front:
         }}))
         return None
 
-    def _list(self, message: dict[str, Any], write: Write) -> dict[str, Any] | None:
+    def _list(self, message: dict[str, Any], write: Write) -> None:
         request_id = message["id"]
         if self._cached is not None:
             write(b'{"jsonrpc":"2.0","id":' + _dumps(request_id) + b',"result":' + self._cached[0] + b"}")
             return None
+        # No listing kept: built once the App is, without the SDK's server (listing.build_result).
+        self.direct.list_tools(request_id, self.negotiated, self._keep)
+        return None
+
+    def _keep(self, result: bytes) -> None:
         if self.listing is not None:
-            prefix = b'{"jsonrpc":"2.0","id":' + _dumps(request_id) + b',"result":'
-
-            def keep(data: bytes) -> None:
-                if data.startswith(prefix) and data.endswith(b"}"):
-                    result = data[len(prefix):-1]
-                    self.listing.save(result)
-                    self._cached = (result, [t["name"] for t in json.loads(result)["tools"]])
-                    self.served_names = self._cached[1]
-
-            self.bridge.on_answer[request_id] = keep
-        return message
+            self.listing.save(result)
+        self._cached = (result, [t["name"] for t in json.loads(result)["tools"]])
+        self.served_names = self._cached[1]
 
     def check_listing(self, registry_names: list[str]) -> None:
         """Once the App is built: did the cached listing name the registry's tools?"""

@@ -145,3 +145,18 @@ class ListingCache:
 def listed_names(result: bytes) -> list[str]:
     data: Any = json.loads(result)
     return [tool["name"] for tool in data["tools"]]
+
+
+def build_result(registry: Any, version: str) -> bytes:
+    """The ``result`` of a plain ``tools/list`` on a connection of ``version`` (a classic era),
+    as the SDK's server writes it: the same protocol models, dump and per-version sieve, without
+    the server half of the SDK, whose imports (starlette, uvicorn, the dispatcher) are most of a
+    first start (benchmarks/README.md, "Server ready"). tests/test_stdio_front.py compares the
+    bytes with the SDK's."""
+    import mcp_types as types
+    from mcp_types import methods
+    from pydantic_core import to_json
+
+    dumped = types.ListToolsResult(tools=registry.mcp_tools()).model_dump(by_alias=True, mode="json",
+                                                                            exclude_none=True)
+    return to_json(methods.serialize_server_result("tools/list", version, dumped))
