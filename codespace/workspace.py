@@ -90,10 +90,13 @@ class Workspace:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return all(getattr(self, n) == getattr(other, n) for n in self._FIELDS)
+        return self._values() == other._values()  # type: ignore[attr-defined] - as a dataclass compares
 
     def __hash__(self) -> int:
-        return hash(tuple(getattr(self, n) for n in self._FIELDS))
+        return hash(self._values())
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, n) for n in self._FIELDS)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._FIELDS[:-1])  # paths: too long to show
