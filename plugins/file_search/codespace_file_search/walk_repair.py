@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import re
 import threading
-from itertools import compress
-from operator import itemgetter, not_
+from itertools import compress, repeat
+from operator import contains, itemgetter, methodcaller, not_, or_
 
 from .walk import Bounds, Walked, walk_below
 
@@ -33,6 +33,25 @@ def _top_most(rels: set[str]) -> set[str]:
 
 def _below(rel: str) -> str:
     return re.escape(rel + "/") if rel else ""
+
+
+def _without(entries: list, gone: re.Pattern, relist: set[str], rewalk: set[str], contexts: dict,
+             keep_below: set[str]) -> list:
+    """``entries`` but those ``gone`` matches. Only the entries a prefix test (in C, over all of
+    them) can place below a directory read again are tried against the pattern."""
+    paths = list(map(itemgetter(0), entries))
+    starts = [r + "/" for r in relist | rewalk if r]
+    if "" in relist:  # the root's direct entries hold no '/'; below its children, only links entered go
+        starts += [k + "/" for k in contexts if k and "/" not in k and k not in keep_below]
+    maybe = list(map(methodcaller("startswith", tuple(starts)), paths)) if starts else [False] * len(paths)
+    if "" in relist:
+        maybe = list(map(or_, maybe, map(not_, map(contains, paths, repeat("/")))))
+        maybe[0] = False  # the root's own entry
+    keep = [True] * len(paths)
+    for n in compress(range(len(paths)), maybe):
+        if gone.fullmatch(paths[n]):
+            keep[n] = False
+    return list(compress(entries, keep))
 
 
 def _reached(rel: str, relist: set[str], keep_below: set[str]) -> bool:
@@ -87,8 +106,7 @@ def repair(walked: Walked, relist: set[str], rewalk: set[str], root: str, rules,
         kept = "|".join(re.escape(k.rpartition("/")[2]) + "/" for k in keep_below if k.rpartition("/")[0] == r)
         drop.append(f"{_below(r)}(?!{kept or '(?!)'})[^/]+/.*")
     gone = re.compile("|".join(f"(?:{d})" for d in drop), re.DOTALL)
-    paths = list(map(itemgetter(0), walked.entries))
-    entries = list(compress(walked.entries, map(not_, map(gone.fullmatch, paths))))
+    entries = _without(walked.entries, gone, relist, rewalk, contexts, keep_below)
     new_contexts = {rel: c for rel, c in contexts.items() if rel in keep_below or rel in relist or rel in rewalk
                     or not gone.fullmatch(rel)}
     for rel in set(contexts) - set(new_contexts):

@@ -65,6 +65,8 @@ CHANGES = {
                                                    os.makedirs(os.path.join(r, "src/util/other"))),
     "link to a directory inside": lambda r, b: os.symlink("../src/core", os.path.join(r, "docs/core_link")),
     "link removed": lambda r, b: os.unlink(os.path.join(r, "link_out")),
+    "link at the root to a directory inside": lambda r, b: os.symlink("src", os.path.join(r, "src_link")),
+    "file created at the root": lambda r, b: open(os.path.join(r, "new_top.txt"), "w").close(),
     "fifo made": lambda r, b: os.mkfifo(os.path.join(r, "src/util/p2")),
     "hidden directory emptied": lambda r, b: shutil.rmtree(os.path.join(r, ".hidden/x")),
     "mode of a directory": lambda r, b: os.chmod(os.path.join(r, "src/core"), 0o700),
