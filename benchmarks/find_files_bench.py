@@ -3,9 +3,10 @@
 
 Both search the same generated tree (``--files`` files in nested directories) for the same
 queries. Upstream re-walks the tree on every call. Ours keeps its walk (walk_index, inotify)
-and is timed four ways: ``cold`` (the kept walk dropped first: walk + rank, as after any
-change in the tree), ``warm`` (the kept walk reused: rank only), and both through a real MCP
-client session with the server (in memory), ``mcp_cold`` and ``mcp`` (warm). Then the round trip on a small tree
+and is timed six ways: ``cold`` (the kept walk dropped first: the first search of a tree, walk
++ rank), ``warm`` (the kept walk reused: rank only), ``changed`` (a file created in one
+directory just before: the kept walk mended there, then rank), and the same through a real MCP
+client session with the server (in memory), ``mcp_cold``, ``mcp`` (warm) and ``mcp_changed``. Then the round trip on a small tree
 (20 files): find_files over MCP against fuzzyFileSearch over the app-server's stdio.
 A contender that fails to run fails the benchmark; result counts must agree.
 
@@ -52,6 +53,16 @@ def build(root: str, files: int) -> None:
             pass
 
 
+def touch(root: str, made: int) -> int:
+    """Create one file in a directory of the tree (a new one each time): the change an agent
+    makes between two searches."""
+    dirs = sorted(os.listdir(root))
+    here = os.path.join(root, dirs[made % len(dirs)])
+    with open(os.path.join(here, f"zz_new_{made}.tmp"), "w"):
+        pass
+    return made + 1
+
+
 def ours(root: str, query: str) -> int:
     walked, _ = INDEX.walk(root, None, BOUNDS)
     found, _ = rank(parse(query), walked.entries, memo=walked.memo)
@@ -75,7 +86,9 @@ async def mcp_call(client, query: str) -> tuple[float, int]:  # noqa: ANN001
 
 async def large(root: str, state: str, server: AppServer, rounds: int) -> dict:
     times: dict[str, dict[str, list[float]]] = {
-        q: {"upstream": [], "cold": [], "warm": [], "mcp_cold": [], "mcp": []} for q in QUERIES}
+        q: {"upstream": [], "cold": [], "warm": [], "changed": [], "mcp_cold": [], "mcp": [], "mcp_changed": []}
+        for q in QUERIES}
+    made = 0
     app = build_app(root, state_dir=state, plugins=("file_search",), policy=LARGE_POLICY)
     async with connect(app) as client:
         for _ in range(rounds):
@@ -91,13 +104,21 @@ async def large(root: str, state: str, server: AppServer, rounds: int) -> dict:
                 times[query]["mcp_cold"].append(t)
                 t, over = await mcp_call(client, query)
                 times[query]["mcp"].append(t)
-                if not len(up) == cold == warm == first == over:
-                    raise SystemExit(f"{query!r}: {len(up)} results upstream, ours {cold}/{warm}/{first}/{over}")
+                made = touch(root, made)
+                t, changed = timed(ours, root, query)
+                times[query]["changed"].append(t)
+                made = touch(root, made)
+                t, mcp_changed = await mcp_call(client, query)
+                times[query]["mcp_changed"].append(t)
+                if not len(up) == cold == warm == first == over == changed == mcp_changed:
+                    raise SystemExit(f"{query!r}: {len(up)} results upstream, ours "
+                                     f"{cold}/{warm}/{first}/{over}/{changed}/{mcp_changed}")
     out = {}
     for query, by in times.items():
         med = {k: statistics.median(v) * 1000 for k, v in by.items()}
         out[query] = {f"{k}_ms": round(v, 1) for k, v in med.items()}
-        out[query].update({f"{k}_ratio": round(med[k] / med["upstream"], 2) for k in ("cold", "warm", "mcp_cold", "mcp")})
+        out[query].update({f"{k}_ratio": round(med[k] / med["upstream"], 2)
+                           for k in ("cold", "warm", "changed", "mcp_cold", "mcp", "mcp_changed")})
     return out
 
 
