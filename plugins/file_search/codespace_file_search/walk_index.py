@@ -7,10 +7,13 @@ stays correct: every directory the walk reads is watched (through its open descr
 is listed, so any entry created, removed, renamed or re-permissioned after that shows up
 as an event; so do writes to ``.gitignore``/``.ignore``, a ``.git`` appearing or leaving
 in an ancestor of the root, and the target of a link (or, for a dangling link, the
-directory its target would appear in). Any such event, or a lost event queue, drops the
-kept walk and the next call walks again. Walks that were truncated or cancelled are never
-kept, nor are walks of a policy other than the one the call brings (the key holds the
-rules), and when the watch limit is reached the walk is simply not kept.
+directory its target would appear in). Each watch knows the directories it hears, so an
+event in a walked directory is mended there (``walk_repair``: that directory listed again,
+or walked again when how it is read changed); an event about a link's target, a ``.git``
+above the root, the root itself or a lost event queue drops the kept walk and the next call
+walks again. Walks that were truncated or cancelled are never kept, nor are walks of a policy
+other than the one the call brings (the key holds the rules), and when the watch limit is
+reached the walk is simply not kept.
 """
 
 from __future__ import annotations
