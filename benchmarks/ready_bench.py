@@ -10,6 +10,8 @@ round by round; medians are reported with the ratio against the reference server
   tool listing kept from an earlier start (the state every start after the first is in);
 - ``codespace-cold``: the same with ``CODESPACE_LISTING_CACHE=0`` (the listing built at
   start: the first start after an install or a policy change), for information;
+- ``codespace-sdk``: the same with ``CODESPACE_DIRECT_CALLS=0`` too (every request through the
+  SDK's server: how a first start answered ``tools/list`` before 2026-12-02), for information;
 - ``reference``: ``@modelcontextprotocol/server-filesystem`` under node.
 
 A contender that fails to start or answers wrongly fails the benchmark (exit 1); it is
@@ -94,6 +96,9 @@ def main() -> int:
     contenders = {
         "codespace": (serve, base),
         "codespace-cold": (serve, {**base, "CODESPACE_LISTING_CACHE": "0"}),
+        # Every request through the SDK's server: the road a first start's tools/list took before
+        # the front built the listing itself (2026-12-02).
+        "codespace-sdk": (serve, {**base, "CODESPACE_LISTING_CACHE": "0", "CODESPACE_DIRECT_CALLS": "0"}),
         "reference": ([shutil.which("node") or "node", args.ref, ws], base),
     }
     try:
@@ -114,6 +119,7 @@ def main() -> int:
         "min_ready_ms": {name: round(min(values), 1) for name, values in times.items()},
         "ratio_codespace_vs_reference": round(medians["codespace"] / medians["reference"], 3),
         "ratio_codespace_cold_vs_reference": round(medians["codespace-cold"] / medians["reference"], 3),
+        "ratio_codespace_sdk_vs_reference": round(medians["codespace-sdk"] / medians["reference"], 3),
         "rounds": args.rounds,
         "load_average": os.getloadavg(),
     }
