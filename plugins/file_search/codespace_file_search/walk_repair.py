@@ -35,6 +35,16 @@ def _below(rel: str) -> str:
     return re.escape(rel + "/") if rel else ""
 
 
+def _real_children(contexts: dict, parents: set[str]) -> set[str]:
+    """The directories read directly below one of ``parents`` by their own path (not through a link)."""
+    found = set()
+    for rel, context in contexts.items():
+        parent, _, name = rel.rpartition("/")
+        if rel and parent in parents and context[0] == contexts[parent][0].rstrip("/") + "/" + name:
+            found.add(rel)
+    return found
+
+
 def _without(entries: list, gone: re.Pattern, relist: set[str], rewalk: set[str], contexts: dict,
              keep_below: set[str]) -> list:
     """``entries`` but those ``gone`` matches. Only the entries a prefix test (in C, over all of
@@ -94,8 +104,7 @@ def repair(walked: Walked, relist: set[str], rewalk: set[str], root: str, rules,
         return walked
     # What goes: below each directory walked again; the direct entries of each listed again,
     # with everything below them but the subdirectories it still holds (kept, not re-read).
-    keep_below = {rel for rel in contexts for parent in relist
-                  if rel.rpartition("/")[0] == parent and rel and contexts[rel][0] == contexts[parent][0].rstrip("/") + "/" + rel.rpartition("/")[2]}
+    keep_below = _real_children(contexts, relist)
     # A directory below one listed again, reached through an entry that is not kept (a link
     # that was entered), is read again by that listing if it still should be.
     rewalk = {r for r in rewalk if _reached(r, relist, keep_below)}
