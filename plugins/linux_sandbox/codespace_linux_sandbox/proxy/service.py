@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from codespace.contract import NetworkEvent
+from codespace.contract import NetworkEvent, ToolError
 
 from ..proxy_route import HEADER, LISTEN_BACKLOG
 from . import sockets
@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.2
 SOCKET_DIR = "proxy"
+SUN_PATH_MAX = 108  # sockaddr_un.sun_path on Linux, with its terminating NUL
 REGISTRATION_TIMEOUT_S = 60.0
 
 
@@ -127,8 +128,14 @@ class ProxyService:
         (``route.port``) for engines without a network namespace. Listening before this returns."""
         if self._tg is None:
             raise RuntimeError("the egress proxy is not running")
-        name = f"{(operation_id or 'command')[:80]}-{os.urandom(4).hex()}.sock"
-        path = str(self.socket_dir / name)
+        # Short and not the agent's: an operation id in the name (up to 80 characters) pushed
+        # the path past sun_path's 108 bytes under a deep state directory.
+        path = str(self.socket_dir / f"r-{os.urandom(6).hex()}.sock")
+        if len(os.fsencode(path)) >= SUN_PATH_MAX:
+            raise ToolError(f"the egress proxy cannot make a socket under {self.socket_dir}: the path would be "
+                            f"{len(os.fsencode(path))} bytes, over the {SUN_PATH_MAX - 1} a Unix socket allows. To "
+                            "proceed: give the server a shorter state directory (--state-dir or CODESPACE_STATE_DIR)",
+                            code="sandbox_unavailable")
         unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         tcp_sock = None
         try:
