@@ -112,7 +112,7 @@ class App:
             # it on a private event loop, where a worker's connection could not be used.
             self.plugins.startup(self.workspace, self.backends.in_process())
             async with anyio.create_task_group() as services:
-                for plugin, service in self.plugins.services(self.workspace, self.backends, self.store):
+                for plugin, service in self.plugins.services(self.workspace, self.backends.for_services(), self.store):
                     services.start_soon(_supervised, plugin, service)
                 # Commands a worker owns are its registry's: this one stays idle and must not
                 # clear the state directory's command cgroups, which are the worker's.

@@ -109,6 +109,13 @@ class Backends:
         except BackendMissing:
             return False
 
+    def for_services(self) -> Backends:
+        """The backends this process's plugin services are given: all of them, except that a
+        server whose commands run in a worker has no sandbox (the worker runs the sandbox's
+        services for its own: a warm helper or an egress proxy here would serve nothing, and a
+        sweep of the state directory's placeholders would race the worker's commands)."""
+        return _WithoutSandbox(self) if self.commands_remote() else self
+
     def sandbox(self) -> Sandbox | None:
         return self._get("sandbox")[0]
 
@@ -134,3 +141,16 @@ class Backends:
     def providers(self) -> dict[str, str | None]:
         """Which plugin serves each backend (None: nobody)."""
         return {kind: self._get(kind)[1] for kind in _INSTALL_HINTS}
+
+
+class _WithoutSandbox:
+    """:meth:`Backends.for_services` in a server whose commands run in a worker."""
+
+    def __init__(self, backends: Backends) -> None:
+        self._backends = backends
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backends, name)
+
+    def sandbox(self) -> None:
+        return None

@@ -79,8 +79,13 @@ def codespace_services(workspace: WorkspaceView, backends: Backends, store: Netw
         (:class:`codespace.contract.NetworkAudit`: ``record_network``).
     :return: A list of async callables, or None.
 
-    Runs in: the server, once per served workspace, after ``codespace_startup``.
-    Version: 0.1; ``store`` is typed as ``NetworkAudit`` since 0.2.
+    Runs in: the server, once per served workspace, after ``codespace_startup``; with
+    ``[runtime] worker`` set, also in the worker, around its command registry, with the
+    worker's backends and a ``store`` that forwards network decisions to the server. A
+    server whose commands run in a worker passes backends whose ``sandbox()`` is None:
+    the sandbox's services belong where its commands run.
+    Version: 0.1; ``store`` is typed as ``NetworkAudit`` since 0.2; called in the worker
+    since 0.2.1 (additive).
     """
 
 

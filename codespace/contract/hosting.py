@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .backends import Backends
     from .commands import CommandSessions, SessionRecords
+    from .network import NetworkAudit
     from .workspace import WorkspaceView
 
 
@@ -34,3 +35,12 @@ def command_sessions(workspace: WorkspaceView, backends: Backends, records: Sess
 
     registry = ProcessRegistry(workspace, backends, records)  # type: ignore[arg-type]
     return LocalSessions(workspace, backends, registry), registry  # type: ignore[arg-type]
+
+
+def services(workspace: WorkspaceView, backends: Backends, audit: NetworkAudit) -> list[tuple[str, Any]]:
+    """The plugins' services (``codespace_services``) for a process that runs the workspace's
+    commands in the server's stead: (plugin, ``async`` callable) pairs to run for the process's
+    life, around its command registry. They serve the mechanisms this process holds (a warm
+    sandbox helper, the egress proxy, whose decisions go to ``audit``); the server does not
+    run them for a sandbox it does not use."""
+    return backends._plugins.services(workspace, backends, audit)  # type: ignore[attr-defined]

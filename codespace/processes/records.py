@@ -10,7 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..store import OperationStore
+    from ..store import NetworkEvent, OperationStore
 
 log = logging.getLogger(__name__)
 SHUTDOWN_ERROR = "the server shut down; the command was terminated"
@@ -35,6 +35,11 @@ class StoreRecords:
                                     error=SHUTDOWN_ERROR if shutdown else None)
         except Exception:  # noqa: BLE001 - the store may already be closing; the record stays for recovery
             log.exception("cannot record the end of the command of operation %s", operation_id)
+
+    async def record_network(self, events: list[NetworkEvent]) -> None:
+        """The egress proxy's decisions, from where the commands run (a worker's proxy): the
+        contract's ``NetworkAudit`` too."""
+        await self.store.record_network(events)
 
     async def lost(self, operation_id: str, reason: str) -> None:
         try:

@@ -98,6 +98,7 @@ async def test_timeouts_of_a_few_milliseconds_leave_nothing_running(app_for, eng
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.in_process  # the helpers' parent must be this process
 async def test_pipe_sessions_take_the_fast_path(app_for, engine, mode):
     """exec on pipes forks from the warm helper: the session's leader is a child of the server;
     terminate's INT reaches the command; nothing of the session is left afterwards."""
@@ -166,6 +167,7 @@ def test_doctor_reports_the_engine(app_for, engine):
     assert checks["sandbox cannot enforce"].detail
 
 
+@pytest.mark.in_process  # patches this process's engine choice
 async def test_required_mode_refuses_when_no_engine_works(make_app, mode, monkeypatch):
     from codespace_linux_sandbox import backend
 

@@ -363,6 +363,7 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+@pytest.mark.in_process  # reads the proxy object of this process's sandbox
 async def test_200_tunnels_from_inside_leave_nothing_behind(app_for, test_host, engine):
     app = app_for()
     async with connect(app) as client:
@@ -381,6 +382,7 @@ async def test_200_tunnels_from_inside_leave_nothing_behind(app_for, test_host, 
     assert len(events) == 200 and {(e.decision, e.protocol) for e in events} == {("allow", "connect")}
 
 
+@pytest.mark.in_process  # reads the proxy object of this process's sandbox
 async def test_routes_belong_to_one_command(app_for, test_host, engine):
     """Each command's route ends with it; under Landlock, one command cannot use another's port."""
     app = app_for()
@@ -403,6 +405,7 @@ async def test_routes_belong_to_one_command(app_for, test_host, engine):
         assert port == 3128 and "CONNECTED" in other["output"]
 
 
+@pytest.mark.in_process  # reads the proxy object of this process's sandbox
 @pytest.mark.skipif(importlib.util.find_spec("codespace_pty") is None, reason="codespace-pty is not installed")
 async def test_terminal_sessions_use_the_proxy_too(make_app, ws, engine, test_host):
     """tty sessions take ``wrap`` (the host spawns the helper): the route is released when the
@@ -421,3 +424,15 @@ async def test_terminal_sessions_use_the_proxy_too(make_app, ws, engine, test_ho
                 await anyio.sleep(0.05)
     assert [(e.decision, e.host) for e in events] == [("allow", test_host.allowed)]
     assert not list(service.socket_dir.glob("*.sock"))
+
+
+async def test_a_long_operation_id_still_gets_a_route_and_its_audit(app_for, test_host, engine):
+    """The route's socket was named after the operation id: an agent's 128-character id pushed
+    its path past sun_path's 108 bytes, and exec failed with an internal error."""
+    app = app_for()
+    operation_id = "op-" + "l" * 125
+    async with connect(app) as client:
+        out = await _exec(client, f"curl -sS -m 10 'http://{test_host.allowed}/long'", operation_id)
+        assert out["exit_code"] == 0 and out["output"].startswith("hello from the test host"), out
+        events = await _audit(app, operation_id)
+        assert [e.decision for e in events] == ["allow"], events

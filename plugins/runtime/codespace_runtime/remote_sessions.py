@@ -39,6 +39,8 @@ class RemoteSessions:
         elif method == "proc.ended":
             self._live.discard(params["operation_id"])
             self._spawn(self._ended(params))
+        elif method == "net.events":
+            self._spawn(self._network(params.get("events")))
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -94,6 +96,17 @@ class RemoteSessions:
         except Exception as exc:  # noqa: BLE001 - said again by the next call, and in workspace_info
             log.warning("no new worker after a loss: %s", exc)
 
+    async def _network(self, events: Any) -> None:
+        """The worker's egress-proxy decisions, into this server's store."""
+        from codespace.contract import NetworkEvent
+
+        if not isinstance(events, list) or not events:
+            return
+        try:
+            await self.records.record_network([NetworkEvent.model_validate(e) for e in events])
+        except Exception:  # noqa: BLE001 - a malformed event or a closing store loses the audit, not the server
+            log.exception("the worker's network events could not be recorded")
+
     async def _ended(self, params: dict) -> None:
         await self.records.ended(params["operation_id"], params["status"], shutdown=bool(params.get("shutdown")))
 
@@ -131,6 +144,7 @@ class RemoteSessions:
             return {"running": [], "ended": []}
         held = await self._call("proc.adopt", {}, "adopt sessions")
         self._live.update(held["running"])  # their ends now come to this server
+        await self._network(held.get("network"))
         return held
 
     async def settled(self) -> None:

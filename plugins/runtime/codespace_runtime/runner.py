@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -190,6 +191,16 @@ def _tool_handler(host: Any) -> Handler:
     return run
 
 
+async def _supervised(plugin: str, service: Callable[[], Any]) -> None:
+    """One plugin's service: its failure is logged and stops only that service."""
+    try:
+        await service()
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception:
+        logging.getLogger(__name__).exception("service of plugin %s failed and stopped", plugin)
+
+
 def _agent_umask(value: str | None) -> None:
     """Take the agent's umask (``UMASK_ENV``: the server's in child mode, the daemon's start-up
     umask otherwise) for what the backends create for the agent, so a file written through the
@@ -226,7 +237,7 @@ def handlers_for(
     handlers: dict[str, Handler] = {m: _model_handler(fs, judge, m, spec) for m, spec in _MODEL_METHODS.items()}
     handlers.update(_raw_handlers(fs, judge))
     handlers["patch.apply"] = _patch_handler(workspace, backends, judge)
-    proc_handlers, registry, _records = session_handlers(workspace, backends)
+    proc_handlers, registry, records = session_handlers(workspace, backends)
     handlers.update(proc_handlers)
     handlers["tool.run"] = _tool_handler(hosting.tool_host(workspace, backends))
     digest = policy_digest(workspace.policy_path)
@@ -244,11 +255,17 @@ def handlers_for(
 
     @contextlib.asynccontextmanager
     async def lifespan() -> Any:
-        async with registry.running():
-            try:
-                yield drain
-            finally:
-                with anyio.CancelScope(shield=True):  # the worker stops: its commands end with it, quickly
-                    await registry.shutdown(STOP_GRACE_S)
+        # The plugins' services for the mechanisms this process holds (the sandbox's warm helper
+        # and egress proxy), around the registry as in the server: they outlive every command.
+        async with anyio.create_task_group() as services:
+            for plugin, service in hosting.services(workspace, backends, records):
+                services.start_soon(_supervised, plugin, service)
+            async with registry.running():
+                try:
+                    yield drain
+                finally:
+                    with anyio.CancelScope(shield=True):  # the worker stops: its commands end with it, quickly
+                        await registry.shutdown(STOP_GRACE_S)
+            services.cancel_scope.cancel()
 
     return handlers, status, lifespan

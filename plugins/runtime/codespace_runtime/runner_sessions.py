@@ -24,6 +24,8 @@ from .judging import Judge
 from .service import Connection, current_connection
 
 log = logging.getLogger(__name__)
+MAX_UNHEARD_NETWORK = 10_000
+MAX_STARTED_BY = 4096
 
 # method -> the sessions' method; the paths each reads (judged again here)
 _METHODS = {
@@ -41,6 +43,11 @@ class WorkerRecords:
         self.owners: dict[str, Connection] = {}
         self.unheard: dict[str, dict] = {}
         """Ends no connection has heard of yet: operation id -> notification params."""
+        self.started_by: dict[str, Connection] = {}
+        """Which connection started each recent command (bounded, oldest first): where its
+        egress-proxy decisions go, which the proxy reports after the command may have ended."""
+        self.unheard_network: list[dict] = []
+        """Egress-proxy decisions whose command's connection had gone (its server was killed)."""
 
     async def started(self, operation_id: str, pid: int, start_ticks: int | None) -> None:
         try:
@@ -50,6 +57,9 @@ class WorkerRecords:
         held = self.live()  # a session whose exec call returned finished is never ended here: drop it
         self.owners = {op: conn for op, conn in self.owners.items() if op in held}
         self.owners[operation_id] = owner
+        self.started_by[operation_id] = owner
+        while len(self.started_by) > MAX_STARTED_BY:
+            del self.started_by[next(iter(self.started_by))]
         await owner.notify("proc.started", {"operation_id": operation_id, "pid": pid, "start_ticks": start_ticks})
 
     async def ended(self, operation_id: str, status: dict, *, shutdown: bool) -> None:
@@ -59,6 +69,21 @@ class WorkerRecords:
             await owner.notify("proc.ended", params)
         else:
             self.unheard[operation_id] = params
+
+    async def record_network(self, events: list[Any]) -> None:
+        """The contract's ``NetworkAudit`` for the worker's egress proxy: each decision goes to
+        the connection that owns its command (``net.events``), whose server stores it; with
+        that connection gone it waits for the server that adopts the sessions."""
+        by_owner: dict[Connection, list[dict]] = {}
+        for event in events:
+            owner = self.owners.get(event.operation_id) or self.started_by.get(event.operation_id)
+            if owner is not None and owner.is_open:
+                by_owner.setdefault(owner, []).append(event.model_dump(mode="json"))
+            else:
+                self.unheard_network.append(event.model_dump(mode="json"))
+        del self.unheard_network[:-MAX_UNHEARD_NETWORK]  # a bound: nobody may be coming back
+        for owner, dumped in by_owner.items():
+            await owner.notify("net.events", {"events": dumped})
 
     def adopt(self, connection: Connection, live: list[str]) -> dict:
         """Make ``connection`` the owner of every session whose owner has gone; hand it the ends
@@ -70,7 +95,8 @@ class WorkerRecords:
                 self.owners[operation_id] = connection
                 taken.append(operation_id)
         ended, self.unheard = list(self.unheard.values()), {}
-        return {"running": taken, "ended": ended}
+        network, self.unheard_network = self.unheard_network, []
+        return {"running": taken, "ended": ended, "network": network}
 
 
 def session_handlers(workspace: Any, backends: Any) -> tuple[dict, Any, WorkerRecords]:

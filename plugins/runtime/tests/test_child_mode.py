@@ -135,3 +135,18 @@ async def test_a_clean_stop_records_the_workers_commands_as_cancelled(make_app, 
     assert record["status"] == "cancelled" and "shut down" in record["error"], record
     assert record["result"]["running"] is False
 
+
+
+@pytest.mark.skipif(importlib.util.find_spec("codespace_linux_sandbox") is None, reason="needs codespace-linux-sandbox")
+async def test_the_sandboxs_services_run_in_the_worker_not_in_the_server(make_app, ws):
+    """The egress proxy, warm helper and placeholder sweep serve the sandbox that runs the
+    commands: the worker's. The server's own sandbox object, which runs nothing, gets none (a
+    sweep there raced the worker's commands and removed their placeholders)."""
+    policy = CHILD + '[sandbox]\nmode = "auto"\n[network]\naccess = "allowlist"\nallowed_domains = ["example.com"]\n'
+    app = make_app(policy=policy)
+    async with connect(app) as client:
+        await serving(client)
+        out = await call_ok(client, "exec", {"command": ["sh", "-c", "echo $HTTPS_PROXY"]})
+        assert out["sandboxed"] and out["exit_code"] == 0 and out["output"].startswith("http://"), out
+        local = app.backends.in_process().sandbox()
+        assert local.proxy is None, "the server ran an egress proxy for a sandbox it does not use"
