@@ -57,3 +57,26 @@ def test_refusals_are_the_same_with_and_without_the_memo(tree, tmp_path):
                 assert (kept and kept.message) == (fresh and fresh.message), (path, need, follow)
     refusal = gate.paths_refusal(workspace.paths, write_through=paths)
     assert refusal is not None and "to_outside" in refusal.message and "symbolic link" in refusal.message
+
+
+def test_the_kernels_answer_is_realpaths_even_for_proc_and_odd_objects(tree, tmp_path):
+    """``realpath`` asks the kernel (an O_PATH open and its /proc/self/fd link) and must give
+    ``os.path.realpath``'s answer everywhere the policy could ask: the tree's links, loops and
+    missing parts, /proc's magic links (to a directory, to a pipe, the process root), a FIFO,
+    a device, a directory with a trailing slash, and a file with one."""
+    from codespace.policy.paths import realpath
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    read_end, write_end = os.pipe()
+    directory = os.open(tree / "dir", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        paths = [str(tree / base) + "/" + name for base in ("dir", "linked_dir", "absent_dir") for name in NAMES]
+        paths += [str(fifo), "/dev/null", str(tree / "dir") + "/", str(tree / "dir" / "file.txt") + "/",
+                  "/proc/self/root", "/proc/self/cwd", f"/proc/self/fd/{directory}", f"/proc/self/fd/{directory}/sub",
+                  f"/proc/self/fd/{read_end}", "/proc/self", "/", "relative/never"]
+        for path in paths:
+            assert realpath(path) == os.path.realpath(path), path
+    finally:
+        for fd in (read_end, write_end, directory):
+            os.close(fd)
