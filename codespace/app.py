@@ -20,7 +20,7 @@ from . import reaper
 from .backends import Backends
 from .contract import ToolError
 from .gateway import Gateway
-from .plugins import Plugins
+from .plugins import Plugins, supervised
 from .processes import ProcessRegistry
 from .processes.records import StoreRecords
 from .store import OperationRecord, SQLiteStore
@@ -29,15 +29,6 @@ from .tools.command_sessions import LocalSessions
 from .workspace import Workspace
 
 log = logging.getLogger(__name__)
-
-
-async def _supervised(plugin: str, service: Any) -> None:
-    try:
-        await service()
-    except anyio.get_cancelled_exc_class():
-        raise
-    except Exception:
-        log.exception("service of plugin %s failed and stopped", plugin)
 
 
 STORE_FILE = "operations.sqlite3"
@@ -113,7 +104,7 @@ class App:
             self.plugins.startup(self.workspace, self.backends.in_process())
             async with anyio.create_task_group() as services:
                 for plugin, service in self.plugins.services(self.workspace, self.backends.for_services(), self.store):
-                    services.start_soon(_supervised, plugin, service)
+                    services.start_soon(supervised, plugin, service)
                 # Commands a worker owns are its registry's: this one stays idle and must not
                 # clear the state directory's command cgroups, which are the worker's.
                 local = contextlib.nullcontext() if self.backends.commands_remote() else self.processes.running()

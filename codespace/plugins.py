@@ -138,6 +138,19 @@ def _short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+async def supervised(plugin: str, service: Callable[[], Any]) -> None:
+    """Run one plugin's service (``codespace_services``): its failure is logged and stops
+    that service only; cancellation (the process stopping) passes through."""
+    import anyio
+
+    try:
+        await service()
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception:
+        logging.getLogger(__name__).exception("service of plugin %s failed and stopped", plugin)
+
+
 class Plugins:
     """The plugin manager and the one place hooks are called."""
 

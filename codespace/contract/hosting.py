@@ -37,10 +37,16 @@ def command_sessions(workspace: WorkspaceView, backends: Backends, records: Sess
     return LocalSessions(workspace, backends, registry), registry  # type: ignore[arg-type]
 
 
-def services(workspace: WorkspaceView, backends: Backends, audit: NetworkAudit) -> list[tuple[str, Any]]:
+def services(workspace: WorkspaceView, backends: Backends, audit: NetworkAudit) -> list[Any]:
     """The plugins' services (``codespace_services``) for a process that runs the workspace's
-    commands in the server's stead: (plugin, ``async`` callable) pairs to run for the process's
-    life, around its command registry. They serve the mechanisms this process holds (a warm
-    sandbox helper, the egress proxy, whose decisions go to ``audit``); the server does not
-    run them for a sandbox it does not use."""
-    return backends._plugins.services(workspace, backends, audit)  # type: ignore[attr-defined]
+    commands in the server's stead: ``async`` callables to run for the process's life, around
+    its command registry, each supervised as the server supervises its own (a failure is
+    logged and stops that service only). They serve the mechanisms this process holds (a
+    warm sandbox helper, the egress proxy, whose decisions go to ``audit``); the server does
+    not run them for a sandbox it does not use."""
+    import functools
+
+    from ..plugins import supervised
+
+    found = backends._plugins.services(workspace, backends, audit)  # type: ignore[attr-defined]
+    return [functools.partial(supervised, plugin, service) for plugin, service in found]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -191,21 +190,12 @@ def _tool_handler(host: Any) -> Handler:
     return run
 
 
-async def _supervised(plugin: str, service: Callable[[], Any]) -> None:
-    """One plugin's service: its failure is logged and stops only that service."""
-    try:
-        await service()
-    except anyio.get_cancelled_exc_class():
-        raise
-    except Exception:
-        logging.getLogger(__name__).exception("service of plugin %s failed and stopped", plugin)
-
-
 def _agent_umask(value: str | None) -> None:
     """Take the agent's umask (``UMASK_ENV``: the server's in child mode, the daemon's start-up
     umask otherwise) for what the backends create for the agent, so a file written through the
-    worker gets the mode it gets in-process (the hardening's 077 would make every new file 0600). The worker's own files do not depend on it: the token is only read, the
-    socket is bound under an explicit 077, journal and state files have explicit modes."""
+    worker gets the mode it gets in-process (the hardening's 077 would make every new file
+    0600). The worker's own files do not depend on it: the token is only read, the socket is
+    bound under an explicit 077, journal and state files have explicit modes."""
     if not value:
         return
     try:
@@ -258,8 +248,8 @@ def handlers_for(
         # The plugins' services for the mechanisms this process holds (the sandbox's warm helper
         # and egress proxy), around the registry as in the server: they outlive every command.
         async with anyio.create_task_group() as services:
-            for plugin, service in hosting.services(workspace, backends, records):
-                services.start_soon(_supervised, plugin, service)
+            for service in hosting.services(workspace, backends, records):
+                services.start_soon(service)
             async with registry.running():
                 try:
                     yield drain
