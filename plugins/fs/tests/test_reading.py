@@ -237,15 +237,26 @@ async def test_big_reads_inline_only_from_the_page_cache(backend_factory, ws):
         assert reading.read_cached(fd, len(data)) == data
         assert reading.read_cached(fd, len(data) - 1) is None  # grew since fstat
         assert reading.read_cached(fd, len(data) + 1) is None  # shrank since fstat
-        for _ in range(5):  # pages held for a moment elsewhere (a CPU's LRU batch) stay
+        # The read asks the kernel not to wait (RWF_NOWAIT): a file system that cannot promise
+        # that refuses, and the read is not made inline. A plain read would answer here.
+        proc = os.open("/proc/self/cmdline", os.O_RDONLY)
+        try:
+            assert reading.read_cached(proc, len(os.pread(proc, 4096, 0))) is None
+        finally:
+            os.close(proc)
+        outcomes = []
+        for _ in range(8):  # pages held for a moment elsewhere (a CPU's LRU batch) stay
             _evict(path)
             resident, pages = _resident_pages(fd, len(data))
             if resident < pages:
-                break
+                outcomes.append(reading.read_cached(fd, len(data)))
+                if outcomes[-1] is None:
+                    break  # would have waited for the disk: refused
         where = f"{resident} of {pages} pages in memory, file system {_fs_type(path)}"
-        if resident < pages:
-            assert reading.read_cached(fd, len(data)) is None, where  # would wait for the disk
-        else:
+        # A refusal, or (the kernel's readahead finishing within the non-waiting read, seen on
+        # ext4 over a fast virtual disk) exactly the content; never anything else.
+        assert all(got is None or got == data for got in outcomes), where
+        if not outcomes:  # nothing could be evicted (tmpfs): reading inline is right
             assert reading.read_cached(fd, len(data)) == data, where
         assert os.lseek(fd, 0, os.SEEK_CUR) == 0
     finally:
