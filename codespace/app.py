@@ -94,8 +94,6 @@ class App:
         try:
             held = await self._adopt()
             self.recovered = await self.store.recover(keep=[*held["running"], *(e["operation_id"] for e in held["ended"])])
-            for ended in held["ended"]:  # ended while no server was attached to the worker
-                await self.backends.records.ended(ended["operation_id"], ended["status"], shutdown=ended["shutdown"])
             if self.recovered:
                 log.warning("%d operation(s) of a stopped server marked interrupted", len(self.recovered))
                 reaper.reap(self.recovered)

@@ -217,7 +217,9 @@ def codespace_runner(workspace: WorkspaceView, local: Backends) -> Backends | No
     builds, judges, sandboxes and tracks the commands; ``records``, the core's
     ``SessionRecords``, takes their starts and ends into the operation store). An optional
     ``adopt()`` on those sessions returns the operations a worker still runs for a server that
-    has gone; the core keeps them running instead of marking them interrupted. The result may
+    has gone (``running``) and those that ended meanwhile (``ended``, already written to
+    ``records`` by ``adopt``); the core keeps all of them out of its recovery instead of
+    marking them interrupted. The result may
     also have ``status() -> dict`` (JSON values: ``worker``, ``serving``, ``protocol``,
     ``serves``, ``commands``, ...), which ``workspace_info`` shows as ``runtime``.
 

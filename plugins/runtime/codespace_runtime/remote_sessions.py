@@ -75,8 +75,7 @@ class RemoteSessions:
             return
         try:  # the same daemon, still serving: take its sessions back at once
             await self.worker.client()
-            for ended in (await self.adopt())["ended"]:  # ends it kept while nobody was attached
-                await self._ended(ended)
+            await self.adopt()
         except Exception as exc:  # noqa: BLE001 - the next call says so, and workspace_info
             log.warning("the daemon still serves but its sessions could not be taken back: %s", exc)
 
@@ -138,12 +137,14 @@ class RemoteSessions:
 
     async def adopt(self) -> dict:
         """Sessions a daemon worker holds whose server has gone: this server keeps their
-        operations running (it does not mark them interrupted) and records the ends nobody
-        heard of. A child worker is new with this server: nothing to adopt, nothing started."""
+        operations running (it does not mark them interrupted) and records here the ends and
+        network decisions nobody heard of. A child worker is new with this server: nothing to adopt, nothing started."""
         if self.worker.mode != "daemon":
             return {"running": [], "ended": []}
         held = await self._call("proc.adopt", {}, "adopt sessions")
         self._live.update(held["running"])  # their ends now come to this server
+        for ended in held["ended"]:  # ended while no server was attached to the worker
+            await self._ended(ended)
         await self._network(held.get("network"))
         return held
 
