@@ -18,6 +18,8 @@ from pydantic import ValidationError
 
 from . import protocol as p
 from .framing import FrameError, send_frame
+from .lane_client import Lane, LaneLost
+from .lane_service import LANE_METHODS
 from .reader import FrameReader
 
 _log = logging.getLogger("codespace_runtime.client")
@@ -100,6 +102,8 @@ class WorkerClient:
         self._callbacks: list[NotificationCallback] = []
         self._on_lost: list[Callable[[str], None]] = []
         self._gone: WorkerGone | None = None
+        self._lane: Lane | None = None
+        self._lane_state = "unopened"  # "opening", "open", "refused" (a worker without lanes)
         self._reader = asyncio.create_task(self._read_forever())
 
     @classmethod
@@ -170,6 +174,43 @@ class WorkerClient:
         finally:
             self._pending.pop(request_id, None)
 
+    async def call_fast(self, method: str, params: dict) -> dict | None:
+        """The result of ``method`` on the fast lane (lane_client), or None when it cannot go there
+        (not a lane method, the lane busy or lost): then :meth:`call` it. Errors as :meth:`call`'s."""
+        if method not in LANE_METHODS:
+            return None
+        lane = self._lane
+        if lane is None or lane.closed:
+            if self._lane_state in ("opening", "refused") or self._gone is not None:
+                return None
+            lane = await self._open_lane()
+        if lane is None or lane.busy or method not in lane.methods:
+            return None
+        try:
+            return _result(await lane.call(method, params))
+        except LaneLost as exc:
+            _log.info("the fast lane is lost (%s); calls go on the connection until it reopens", exc)
+            return None
+
+    async def _open_lane(self) -> Lane | None:
+        self._lane_state = "opening"
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            result, fds = await self.call("lane.open", {}, [theirs.fileno()])
+        except WorkerError as exc:
+            ours.close()
+            # A worker without lanes is served on the connection from now on; one at its limit of
+            # lanes (an old lane not yet reaped) is asked again later; one that is gone says so there.
+            unknown = isinstance(exc, WorkerCallError) and exc.code == p.UNKNOWN_METHOD
+            self._lane_state = "refused" if unknown else "unopened"
+            return None
+        finally:
+            theirs.close()
+        _close(fds)
+        self._lane = Lane(ours, frozenset(m for m in result.get("methods", ()) if isinstance(m, str)))
+        self._lane_state = "open"
+        return self._lane
+
     async def _cancel_quietly(self, request_id: int) -> None:
         try:
             await self.call("cancel", {"id": request_id})
@@ -231,6 +272,8 @@ class WorkerClient:
         self._pending.clear()
 
     async def close(self) -> None:
+        if self._lane is not None:
+            self._lane.close()
         self._reader.cancel()
         await asyncio.gather(self._reader, return_exceptions=True)
         self._frames.close()

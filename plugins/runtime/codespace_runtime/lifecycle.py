@@ -202,6 +202,9 @@ class Worker:
     async def call(self, method: str, params: dict, what: str) -> dict:
         client = await self.client()
         try:
+            fast = await client.call_fast(method, params)
+            if fast is not None:
+                return fast
             result, fds = await client.call(method, params)
         except WorkerGone as gone:
             raise await self._lost(gone, what) from None

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from . import protocol as p
 from .framing import FrameError, send_frame
+from .lane_service import Lanes
 from .reader import FrameReader
 from .sockets import peer_credentials
 
@@ -35,7 +36,7 @@ MAX_IN_FLIGHT = 64
 HELLO_TIMEOUT = 10.0
 """Seconds a connection may stay without a ``hello`` before it is closed."""
 
-BUILT_INS = ("ping", "status", "shutdown", "cancel")
+BUILT_INS = ("ping", "status", "shutdown", "cancel", "lane.open")
 _INLINE = frozenset({"ping", "cancel"})
 _log = logging.getLogger("codespace_runtime.service")
 _current: contextvars.ContextVar[Connection] = contextvars.ContextVar("codespace_runtime_connection")
@@ -81,6 +82,7 @@ class Connection:
         self.client: str | None = None
         self._open = True
         self._reader: FrameReader | None = None
+        self._lanes = Lanes(handlers, self._map_error)
 
     @property
     def is_open(self) -> bool:
@@ -115,6 +117,7 @@ class Connection:
             pass  # the peer went away: nothing to answer
         finally:
             self._open = False
+            self._lanes.close()
             if self._hub is not None:
                 self._hub._open.discard(self)
             tasks = list(self._tasks.values())
@@ -273,6 +276,11 @@ class Connection:
             task = self._tasks.get(target)
             cancelled = task is not None and target != request.id and task.cancel()
             return {"cancelled": bool(cancelled)}
+        if method == "lane.open":  # one end of a socket pair: short reads answered by a thread (lane_service)
+            try:
+                return self._lanes.open(fds)
+            except ValueError as exc:
+                raise BadParams(str(exc)) from None
         return await self._handlers[method](params, fds)
 
     def _map_error(self, method: str, exc: BaseException) -> p.Error:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from codespace_runtime import sockets
+from codespace_runtime.client import WorkerCallError, WorkerClient
 
 UNPRIVILEGED_UID = 1000
 
@@ -98,3 +99,41 @@ def worker(tmp_path: Path):
 
 def as_uid(uid: int, argv: list[str]) -> list[str]:
     return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv]
+
+
+# A worker with the runner (codespace-fs and -patch) under a policy that hides and protects paths,
+# called on its socket directly: for the runner's and the fast lane's tests.
+RUNNER_POLICY = '[filesystem]\npaths = { "secret" = "none", "vendor" = "read" }\n'
+
+
+@pytest.fixture
+def runner_worker(tmp_path):
+    ws = tmp_path / "ws"
+    for rel, text in {"ok.txt": "fine\n", "secret/key.txt": "k\n", "vendor/lib.txt": "v\n", ".git/config": "c\n"}.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+    directory = tmp_path / "sock"
+    directory.mkdir(mode=0o700)
+    token_file = tmp_path / "token"
+    token = make_token(token_file)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(RUNNER_POLICY)
+    env = {**os.environ, "CODESPACE_STATE_DIR": str(tmp_path / "state"), "CODESPACE_WORKER_POLICY": str(policy)}
+    proc = subprocess.Popen(worker_argv("serve", "--workspace", str(ws), "--socket", str(directory / "worker.sock"),
+                                        "--token-file", str(token_file)),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    wait_for_socket(directory / "worker.sock", proc)
+    worker = Worker(proc, directory / "worker.sock", token, token_file, ws)
+    worker.policy = policy  # type: ignore[attr-defined]
+    yield worker
+    stop_worker(worker)
+
+
+async def runner_client(worker) -> WorkerClient:
+    return await WorkerClient.connect(sockets.connect(worker.socket), worker.token, "test")
+
+
+async def runner_refusal(client: WorkerClient, method: str, params: dict) -> WorkerCallError:
+    with pytest.raises(WorkerCallError) as caught:
+        await client.call(method, params)
+    return caught.value

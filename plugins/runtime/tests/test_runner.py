@@ -5,54 +5,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
-import subprocess
-
 import importlib.util
 
 import pytest
-from .conftest import Worker, make_token, stop_worker, wait_for_socket, worker_argv
 
-from codespace_runtime import sockets
-from codespace_runtime.client import WorkerCallError, WorkerClient
+from .conftest import runner_client as _client, runner_refusal as _refusal
 
 pytestmark = [pytest.mark.anyio, pytest.mark.skipif(
     importlib.util.find_spec("codespace_fs") is None or importlib.util.find_spec("codespace_patch") is None,
     reason="the worker serves codespace-fs and codespace-patch, which this environment lacks")]
-POLICY = '[filesystem]\npaths = { "secret" = "none", "vendor" = "read" }\n'
-
-
-@pytest.fixture
-def runner_worker(tmp_path):
-    ws = tmp_path / "ws"
-    for rel, text in {"ok.txt": "fine\n", "secret/key.txt": "k\n", "vendor/lib.txt": "v\n", ".git/config": "c\n"}.items():
-        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
-        (ws / rel).write_text(text)
-    directory = tmp_path / "sock"
-    directory.mkdir(mode=0o700)
-    token_file = tmp_path / "token"
-    token = make_token(token_file)
-    policy = tmp_path / "policy.toml"
-    policy.write_text(POLICY)
-    env = {**os.environ, "CODESPACE_STATE_DIR": str(tmp_path / "state"), "CODESPACE_WORKER_POLICY": str(policy)}
-    proc = subprocess.Popen(worker_argv("serve", "--workspace", str(ws), "--socket", str(directory / "worker.sock"),
-                                        "--token-file", str(token_file)),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    wait_for_socket(directory / "worker.sock", proc)
-    worker = Worker(proc, directory / "worker.sock", token, token_file, ws)
-    worker.policy = policy  # type: ignore[attr-defined]
-    yield worker
-    stop_worker(worker)
-
-
-async def _client(worker) -> WorkerClient:
-    return await WorkerClient.connect(sockets.connect(worker.socket), worker.token, "test")
-
-
-async def _refusal(client: WorkerClient, method: str, params: dict) -> WorkerCallError:
-    with pytest.raises(WorkerCallError) as caught:
-        await client.call(method, params)
-    return caught.value
 
 
 async def test_the_worker_refuses_what_its_own_policy_forbids(runner_worker):
