@@ -97,6 +97,9 @@ async def test_an_unprivileged_server_serves_every_tool_through_the_workspace_ow
             grepped = await _call(session, "grep", {"pattern": "secret"})
             assert grepped["matches"][0]["path"].endswith("a.txt")
             assert (await _call(session, "stat", {"path": "a.txt"}))["size"] == len("secret content\n")
+            # The reads came back on the fast lane: one end of a socket pair this uid made, served by
+            # the owner's daemon (descriptors cross uids).
+            assert (await _call(session, "workspace_info"))["runtime"]["fast_lane"] == "open"
             assert any(e["path"].endswith("a.txt") for e in (await _call(session, "walk", {"path": "."}))["entries"])
             # The daemon's directory is hidden from the agent like the state directory.
             hidden = await session.call_tool("read_file", {"path": str(layout["base"] / "daemon" / "worker.pid")})

@@ -134,6 +134,14 @@ class WorkerClient:
         """False once the connection has dropped (every later call raises :class:`WorkerGone`)."""
         return self._gone is None
 
+    @property
+    def lane_state(self) -> str:
+        """The fast lane's state, for the worker's status: "open", "refused" (a worker without
+        lanes) or "closed" (not opened yet, or lost: the next lane call opens one)."""
+        if self._lane is not None and not self._lane.closed:
+            return "open"
+        return "refused" if self._lane_state == "refused" else "closed"
+
     def on_notification(self, fn: NotificationCallback) -> NotificationCallback:
         """Call ``fn(method, params, fds)`` for every notification (it owns the descriptors)."""
         self._callbacks.append(fn)

@@ -121,6 +121,8 @@ class Worker:
             "protocol": PROTOCOL if serving else None, "serves": ["files", "patch", "commands"], "commands": "worker",
             "starts": self.starts,
         }
+        if serving:
+            out["fast_lane"] = self._client.lane_state  # type: ignore[union-attr]
         if self.last_failure:
             out["last_failure"] = self.last_failure
         return out
