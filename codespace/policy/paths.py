@@ -10,22 +10,24 @@ the *use* race-free. The same rules drive the sandbox's mounts.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Literal
 
 from ..contract.errors import Refused
 
+# Not typing's TYPE_CHECKING: the patch helper builds these rules, and typing costs it more than its patch.
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # the rules need no pydantic: a one-shot helper builds them too
     from pathlib import Path
+    from typing import Literal
 
     from .model import Access, FilesystemPolicy
+
+    Need = Literal["read", "write"]
 
 PATH_MAX = 4096
 NAME_MAX = 255
 
 # Ties between entries of equal depth go to the more restrictive access.
 _RESTRICTIVENESS = {"none": 2, "read": 1, "write": 0}
-
-Need = Literal["read", "write"]
 
 
 class PathRule:
@@ -136,7 +138,7 @@ class PathRules:
     def build(
         cls,
         fs: FilesystemPolicy,
-        workspace: Path,
+        workspace: str | Path,
         home: str,
         extra: list[PathRule] = (),  # type: ignore[assignment]
     ) -> PathRules:

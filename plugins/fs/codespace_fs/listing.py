@@ -6,7 +6,6 @@ import errno
 import os
 import stat
 from operator import attrgetter
-from typing import TYPE_CHECKING
 
 from codespace.contract import FsError
 
@@ -16,6 +15,7 @@ from .resolve import O_DIR, O_PATH, Confinement
 
 # The models load where they are built: a process that only moves bytes through the
 # backend (the patch helper) then loads no pydantic.
+TYPE_CHECKING = False  # not typing's: typing costs the patch helper (which loads this module) more than its patch
 if TYPE_CHECKING:
     from codespace.contract import DirEntry, ListDirRequest, StatRequest, StatResult, ListDirResult, EntryError
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from .diagnose import context_hint, lines_hint
 from .errors import ApplyError
 from .line_endings import Lines
 from .parser import Chunk
@@ -208,6 +207,8 @@ def rewrite_by_lines(text: str, chunks: list[Chunk], path: str) -> Rewrite:
         if chunk.context:
             found = seeker.find([chunk.context], cursor)
             if found is None:
+                from .diagnose import context_hint  # on the failure path only: it loads collections
+
                 hint, details = context_hint(old.texts, chunk, number, len(chunks), cursor, path)
                 raise ApplyError(
                     f"Failed to find context '{chunk.context}' in {path}",
@@ -230,6 +231,8 @@ def rewrite_by_lines(text: str, chunks: list[Chunk], path: str) -> Rewrite:
             pattern = pattern[:-1]
             found = seeker.find(pattern, cursor, chunk.end_of_file)
         if found is None:
+            from .diagnose import lines_hint
+
             hint, details = lines_hint(old.texts, chunk, number, len(chunks), cursor, path)
             raise ApplyError(
                 f"Failed to find expected lines in {path}:\n" + "\n".join(chunk.old),

@@ -8,8 +8,6 @@ upstream's, whichever store is used.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
-
 from .applying import Rewrite, rewrite
 from .errors import NO_FILES, ApplyError, rust_utf8_error
 from .parser import AddFile, DeleteFile, Patch, Section, UpdateFile
@@ -27,24 +25,28 @@ class StoreFailure(Exception):
         self.code = code
 
 
-class Store(Protocol):
-    async def read(self, path: str) -> bytes:
-        """The content of ``path`` (following links); StoreFailure otherwise."""
+# Names for type checkers only: typing costs the helper process more than its patch.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Literal, Protocol
 
-    async def write(self, path: str, data: bytes, *, create_parents: bool) -> None:
-        """Replace or create ``path`` (writing through a final link)."""
+    class Store(Protocol):
+        async def read(self, path: str) -> bytes:
+            """The content of ``path`` (following links); StoreFailure otherwise."""
 
-    async def delete(self, path: str) -> None:
-        """A Delete section: remove a file or a link to a file; never a directory."""
+        async def write(self, path: str, data: bytes, *, create_parents: bool) -> None:
+            """Replace or create ``path`` (writing through a final link)."""
 
-    async def remove(self, path: str) -> None:
-        """Remove a moved file's source."""
+        async def delete(self, path: str) -> None:
+            """A Delete section: remove a file or a link to a file; never a directory."""
 
-    async def peek(self, path: str) -> bytes | None:
-        """Best-effort current content for a diff (None when absent or unreadable)."""
+        async def remove(self, path: str) -> None:
+            """Remove a moved file's source."""
 
+        async def peek(self, path: str) -> bytes | None:
+            """Best-effort current content for a diff (None when absent or unreadable)."""
 
-Action = Literal["add", "update", "delete", "move"]
+    Action = Literal["add", "update", "delete", "move"]
 
 
 class Done(Record):
