@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import os
 
-from . import listing, moving, reading, removing, writing
+from . import reading, writing
 from .resolve import Confinement
 
 # The models only type the methods: a process that reads and writes bytes (the patch
 # helper) loads no pydantic for them.
 #
-# Closures rather than functools.partial below, and this TYPE_CHECKING rather than typing's:
-# functools and typing cost the patch helper more than its patch.
+# Closures rather than functools.partial below, this TYPE_CHECKING rather than typing's, and the
+# listing, directory, move and removal modules imported by the methods that use them: the patch
+# helper rewrites files through this backend, and functools, typing and those modules (a quarter
+# millisecond each) cost it more than its patch.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .resolve import Mode
@@ -104,6 +106,8 @@ class FsBackend:
         return await _in_thread(run, fd)
 
     async def list_dir(self, request: ListDirRequest) -> ListDirResult:
+        from . import listing
+
         fd, st = listing.open_dir(self.conf, request.path)
         max_entries = self.limits.walk_max_entries
 
@@ -122,12 +126,18 @@ class FsBackend:
         return await run_cancellable(lambda cancel: walking.walk(self.conf, request, self.limits, cancel))
 
     async def stat(self, request: StatRequest) -> StatResult:
+        from . import listing
+
         return listing.stat_path(self.conf, request)
 
     async def kind(self, path: str) -> FileKind | None:
+        from . import listing
+
         return listing.kind(self.conf, path)  # type: ignore[return-value]
 
     def kind_sync(self, path: str, *, follow_symlink: bool = False) -> FileKind | None:
+        from . import listing
+
         return listing.kind(self.conf, path, follow=follow_symlink)  # type: ignore[return-value]
 
     # -- changes -------------------------------------------------------------------
@@ -172,14 +182,20 @@ class FsBackend:
         await _to_thread(writing.pending_sync.flush)
 
     async def make_dir(self, request: MakeDirRequest) -> MakeDirResult:
-        return writing.make_dir(self.conf, request)
+        from . import directories
+
+        return directories.make_dir(self.conf, request)
 
     async def move(self, request: MoveRequest) -> MoveResult:
         from codespace.contract import run_cancellable
 
+        from . import moving
+
         return await run_cancellable(lambda cancel: moving.move(self.conf, request, cancel))
 
     async def remove(self, request: RemoveRequest) -> RemoveResult:
+        from . import removing
+
         if not request.recursive:
             return removing.remove(self.conf, request)
         from codespace.contract import run_cancellable
@@ -187,9 +203,13 @@ class FsBackend:
         return await run_cancellable(lambda cancel: removing.remove(self.conf, request, cancel))
 
     async def delete_file(self, path: str) -> None:
+        from . import removing
+
         removing.delete_file(self.conf, path)
 
     def delete_file_sync(self, path: str) -> None:
+        from . import removing  # here, as moving above: an Update patch (the helper's usual one) needs neither
+
         removing.delete_file(self.conf, path)
 
 

@@ -32,7 +32,7 @@ from _thread import allocate_lock  # threading.Lock itself; threading costs the 
 
 from codespace.contract import FsError
 
-from . import errors, kernel, openat_walk
+from . import errors, kernel
 from .names import join, readlink_at
 from .roots import O_CLOEXEC, O_DIR, O_NOFOLLOW, O_PATH, Root
 
@@ -180,6 +180,8 @@ class Confinement:
                 fd, followed = self._openat2(root, rel, flags)
                 real_rel = self._real_rel(root, fd) if followed else rel
             else:
+                from . import openat_walk  # the fallback for kernels without openat2
+
                 fd, followed, real_rel = openat_walk.walk(root, rel, flags, follow_last, self.follow_links)
         except OSError as exc:
             raise self._explain(exc, root, rel, path if leaf is None else f"{path.rstrip('/')}/{leaf}", action) from exc

@@ -22,8 +22,6 @@ import stat
 from codespace.contract import FsError
 
 from . import errors, kernel
-from .directories import ensure_parent
-from .directories import make_dir  # noqa: F401 - the backend calls it as writing.make_dir
 from .names import lstat_at, readlink_at
 from .reading import CHUNK, kind_of, open_regular_at
 from .resolve import O_CLOEXEC, O_NOFOLLOW, O_PATH, Confinement
@@ -148,6 +146,8 @@ def write_atomic(
     if follow_symlink:
         path = _follow_leaf(conf, path)
     if create_parents:
+        from .directories import ensure_parent  # here: rewriting a file in place (the patch helper's usual write) needs none
+
         parent, name = ensure_parent(conf, path, "write")
     else:
         parent, name = conf.open_parent(path, need="write", action="write")

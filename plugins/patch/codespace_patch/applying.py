@@ -15,13 +15,15 @@ after the last line) takes the line-by-line path, which runs the four passes of
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 from .errors import ApplyError
-from .line_endings import Lines
-from .parser import Chunk
 from .records import Record
-from .seek import Seeker
+
+# The line path's modules (and the parser's types, for annotations) load where they are used:
+# the helper's usual patch takes the text path, and each module costs it a quarter millisecond.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .line_endings import Lines
+    from .parser import Chunk
 
 
 class TextLines:
@@ -60,6 +62,8 @@ class TextLines:
     def _walk_to(self, line: int) -> int:
         """Where ``line`` starts, walking from the nearer anchor (a diff's context
         lines are at most a few lines from one)."""
+        from bisect import bisect_right  # here: only a diff asks, and the helper makes none
+
         k = bisect_right(self._lines, line) - 1
         below, above = self._lines[k], self._lines[k + 1]
         text = self.text
@@ -198,6 +202,9 @@ class _TextBuilder:
 
 def rewrite_by_lines(text: str, chunks: list[Chunk], path: str) -> Rewrite:
     """:func:`rewrite` line by line, every pass available."""
+    from .line_endings import Lines
+    from .seek import Seeker
+
     old = Lines.parse(text)
     seeker = Seeker(old.texts)
     n = len(old.texts)
@@ -294,6 +301,8 @@ def _without_sides(lines: list[tuple[str, str]], drop_old: int, drop_new: int) -
 
 
 def _build(old: Lines, edits: list[Edit]) -> Rewrite:
+    from .line_endings import Lines
+
     texts, terms = old.texts, old.terms
     preferred = old.preferred
     new_texts: list[str] = []
