@@ -114,47 +114,94 @@ def rewrite(text: str, chunks: list[Chunk], path: str) -> Rewrite:
 # -- the text path ------------------------------------------------------------------
 
 
-def _find_lines(text: str, block: str, offset: int) -> int:
+def _find_lines(text: str | bytes, block: str | bytes, offset: int, nl: str | bytes = "\n") -> int:
     """The first line start at or after ``offset`` where ``block`` (whole lines, each
     with its LF) stands in ``text``; -1 when none does."""
     while True:
-        found = text.find(block, offset)
-        if found <= 0 or text[found - 1] == "\n":
+        found = text.find(block, offset)  # type: ignore[arg-type]
+        if found <= 0 or text[found - 1:found] == nl:
             return found
         offset = found + 1
 
 
-def _rewrite_text(text: str, chunks: list[Chunk]) -> Rewrite | None:
-    """The rewrite when every chunk is found by the exact pass; None as soon as one is
-    not, or for a pure insertion (it goes after the last line, out of file order)."""
+def _exact_blocks(
+    text: str | bytes, chunks: list[Chunk], as_bytes: bool = False,
+) -> tuple[list[tuple[int, int, Chunk]], int] | None:
+    """Where each chunk's block stands, found by the exact pass in file order: (its first
+    line's number, its offset, the chunk) each, and the text's line count; None as soon
+    as one is not found, or for a pure insertion (it goes after the last line, out of
+    file order). ``text`` is an LF-only, terminated str, or (``as_bytes``) such a text's
+    ASCII bytes, which the chunks' lines are encoded to match."""
+    nl = b"\n" if as_bytes else "\n"
     size = len(text)
     cursor = 0  # offset of the first line a chunk may match, a line start
     line = counted = 0  # ``line`` is the number of the line starting at offset ``counted``
-    built = _TextBuilder(text)
+    found_blocks = []
     for chunk in chunks:
         if chunk.context:
-            found = _find_lines(text, chunk.context + "\n", cursor)
+            context = chunk.context + "\n"
+            found = _find_lines(text, context.encode("utf-8", "surrogatepass") if as_bytes else context, cursor, nl)
             if found < 0:
                 return None
-            cursor = found + len(chunk.context) + 1
+            cursor = found + len(chunk.context) + 1  # an ASCII match: as many bytes as characters
         pattern = chunk.old
         if not pattern:
             return None
-        block = "\n".join(pattern) + "\n"
+        block: str | bytes = "\n".join(pattern) + "\n"
+        if as_bytes:
+            block = block.encode("utf-8", "surrogatepass")  # type: ignore[union-attr]
         if chunk.end_of_file:
             found = size - len(block)
-            if found < cursor or not text.endswith(block) or (found and text[found - 1] != "\n"):
+            if found < cursor or not text.endswith(block) or (found and text[found - 1:found] != nl):  # type: ignore[arg-type]
                 return None
         else:
-            found = _find_lines(text, block, cursor)
+            found = _find_lines(text, block, cursor, nl)
             if found < 0:
                 return None
-        line += text.count("\n", counted, found)
+        line += text.count(nl, counted, found)  # type: ignore[arg-type]
         counted = found
+        found_blocks.append((line, found, chunk))
+        cursor = found + len(block)
+    return found_blocks, line + text.count(nl, counted)  # type: ignore[arg-type]
+
+
+def _rewrite_text(text: str, chunks: list[Chunk]) -> Rewrite | None:
+    """The rewrite when every chunk is found by the exact pass (:func:`_exact_blocks`), else None."""
+    located = _exact_blocks(text, chunks)
+    if located is None:
+        return None
+    blocks, count = located
+    built = _TextBuilder(text)
+    for line, found, chunk in blocks:
         for first, length, added, offset, end in _runs(chunk):
             built.edit(line + first, length, added, found + offset, found + end)
-        cursor = found + len(block)
-    return built.finish(line + text.count("\n", counted))
+    return built.finish(count)
+
+
+def rewrite_ascii(data: bytes, chunks: list[Chunk]) -> bytes | None:
+    """What ``rewrite(data.decode(), chunks, path).text().encode("utf-8", "surrogatepass")``
+    gives, for an ASCII, LF-only, terminated file whose chunks the exact pass finds in file
+    order; None otherwise (the caller then takes :func:`rewrite`, which also says why a
+    chunk did not match). No diff can be made of it: for a caller that wants none (the
+    helper process), this spares decoding the file, encoding the result and the diff's
+    bookkeeping. The same as the text path byte for byte: an ASCII file holds a chunk's
+    lines only where its text does, at the same offsets (a line with other characters is
+    found in neither), and the kept spans and added lines are the same bytes either way."""
+    if not (data.isascii() and data.endswith(b"\n")) or b"\r" in data:
+        return None
+    located = _exact_blocks(data, chunks, as_bytes=True)
+    if located is None:
+        return None
+    pieces = []
+    source = 0  # the first byte not yet carried over
+    for _, found, chunk in located[0]:
+        for _, _, added, offset, end in _runs(chunk):
+            pieces.append(data[source:found + offset])
+            if added:
+                pieces.append(("\n".join(added) + "\n").encode("utf-8", "surrogatepass"))
+            source = found + end
+    pieces.append(data[source:])
+    return b"".join(pieces)
 
 
 class _TextBuilder:

@@ -8,7 +8,7 @@ upstream's, whichever store is used.
 
 from __future__ import annotations
 
-from .applying import Rewrite, rewrite
+from .applying import Rewrite, rewrite, rewrite_ascii
 from .errors import NO_FILES, ApplyError, rust_utf8_error
 from .parser import AddFile, DeleteFile, Patch, Section, UpdateFile
 from .records import Record
@@ -126,14 +126,19 @@ async def _section(section: Section, resolve, store: Store, want_diff: bool) -> 
         except StoreFailure as exc:
             raise _fail(f"Failed to delete file {path}", exc, path=path, section_line=section.line) from None
         return Done("delete", section.path, path, before=before)
-    return await _update(section, path, resolve, store)
+    return await _update(section, path, resolve, store, want_diff)
 
 
-async def _update(section: UpdateFile, path: str, resolve, store: Store) -> Done:
+async def _update(section: UpdateFile, path: str, resolve, store: Store, want_diff: bool) -> Done:
     try:
         raw = await store.read(path)
     except StoreFailure as exc:
         raise _fail(f"Failed to read file to update {path}: {exc.reason}", exc, path=path, section_line=section.line) from None
+    # Without a diff to show, an ASCII file is rewritten as bytes: the same bytes, without
+    # decoding 700 KB and encoding them again (a tenth of the helper's run on a big file).
+    data = None if want_diff else rewrite_ascii(raw, section.chunks)
+    if data is not None:
+        return await _store_update(section, path, resolve, store, raw, data, None)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -144,7 +149,14 @@ async def _update(section: UpdateFile, path: str, resolve, store: Store) -> Done
             details={"path": path, "byte_offset": exc.start},
         ) from None
     result = rewrite(text, section.chunks, path)
-    data = result.text().encode("utf-8", "surrogatepass")
+    return await _store_update(section, path, resolve, store, raw, result.text().encode("utf-8", "surrogatepass"),
+                               result)
+
+
+async def _store_update(
+    section: UpdateFile, path: str, resolve, store: Store, raw: bytes, data: bytes, result: Rewrite | None,
+) -> Done:
+    """Write an Update section's result (to its destination, for a move)."""
     if section.move_to is None:
         try:
             await store.write(path, data, create_parents=False)
