@@ -158,11 +158,12 @@ def _exact_blocks(
             found = _find_lines(text, block, cursor, nl)
             if found < 0:
                 return None
-        line += text.count(nl, counted, found)  # type: ignore[arg-type]
-        counted = found
+        if not as_bytes:  # the byte path keeps no line numbers: it makes no diff
+            line += text.count(nl, counted, found)  # type: ignore[arg-type]
+            counted = found
         found_blocks.append((line, found, chunk))
         cursor = found + len(block)
-    return found_blocks, line + text.count(nl, counted)  # type: ignore[arg-type]
+    return found_blocks, (0 if as_bytes else line + text.count(nl, counted))  # type: ignore[arg-type]
 
 
 def _rewrite_text(text: str, chunks: list[Chunk]) -> Rewrite | None:
