@@ -13,8 +13,8 @@ Start-up time is most of what a one-shot helper costs, so the core's heavier par
 load only when an answer needs them: pydantic and the TOML parser for a policy file
 (the defaults are plain values), the plugin machinery for the file-system backend.
 Nor does this module load ``typing``, ``collections.abc``, ``pathlib`` or ``importlib``
-(``tests/test_import_tower.py`` and the patch plugin's ``-X importtime`` tests hold it
-to that): each cost the patch helper about as much as its patch.
+(the patch plugin's ``-X importtime`` test of the helper's road holds it to that): each
+cost the patch helper about as much as its patch.
 """
 
 from __future__ import annotations
