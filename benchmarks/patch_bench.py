@@ -224,16 +224,17 @@ def _stage_code(boot: str, step: str) -> str:
     return boot.split(";from codespace_patch.cli import")[0] + ";" + step + ";import os;os._exit(0)"
 
 
-# The standard-library modules still on the helper's road: typing and logging come with
-# codespace-fs (roots.NamedTuple, plugin and resolve's loggers), pathlib with the workspace.
-STDLIB_ON_ROAD = "import typing, logging, pathlib"
+# The standard-library modules still on the helper's road (not frozen into the interpreter):
+# os for everything, _ctypes for the hardening's prctl and codespace-fs's openat2. Until
+# 2026-12-02 typing, logging and pathlib were on it too (about 23 ms of the helper's 59 ms).
+STDLIB_ON_ROAD = "import os, _ctypes"
 STAGES = {
     "interpreter (pass)": "pass",
-    "+ typing, logging, pathlib": STDLIB_ON_ROAD,
+    "+ os, _ctypes": STDLIB_ON_ROAD,
     "+ gate.open_workspace": STDLIB_ON_ROAD + ";from codespace.contract import gate;w=gate.open_workspace('.')",
-    "+ gate.filesystem": "from codespace.contract import gate;w=gate.open_workspace('.');"
+    "+ gate.filesystem": STDLIB_ON_ROAD + ";from codespace.contract import gate;w=gate.open_workspace('.');"
                          "gate.filesystem(w, [('fs', 'codespace_fs.plugin'), ('patch', 'codespace_patch.plugin')])",
-    "+ patch modules": "from codespace.contract import gate;w=gate.open_workspace('.');"
+    "+ patch modules": STDLIB_ON_ROAD + ";from codespace.contract import gate;w=gate.open_workspace('.');"
                        "gate.filesystem(w, [('fs', 'codespace_fs.plugin'), ('patch', 'codespace_patch.plugin')]);"
                        "import codespace_patch.cli, codespace_patch.loop_free, codespace_patch.sections",
 }

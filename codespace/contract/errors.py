@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the patch helper raises these, and typing costs it more than its patch
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ToolError(Exception):

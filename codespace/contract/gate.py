@@ -12,23 +12,29 @@ Answers come back as :class:`Refused` (or None); the helper shows ``message`` an
 Start-up time is most of what a one-shot helper costs, so the core's heavier parts
 load only when an answer needs them: pydantic and the TOML parser for a policy file
 (the defaults are plain values), the plugin machinery for the file-system backend.
+Nor does this module load ``typing``, ``collections.abc``, ``pathlib`` or ``importlib``
+(the patch plugin's ``-X importtime`` test of the helper's road holds it to that): each
+cost the patch helper about as much as its patch.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+import sys as _sys
 
 from ..policy.paths import normalize, validate_agent_path
 from ..workspace import Workspace, WorkspaceError
 from .errors import Refused
 
+TYPE_CHECKING = False  # not typing's: see above
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
+
     from ..policy.paths import PathRules
     from .backends import Backends
     from .files import FileSystem
+    from .sync_bytes import SyncFileBytes
     from .workspace import WorkspaceView
 
 __all__ = [
@@ -36,6 +42,7 @@ __all__ = [
     "Target",
     "WorkspaceError",
     "backends",
+    "blocking_bytes",
     "filesystem",
     "normalize",
     "open_workspace",
@@ -47,17 +54,30 @@ __all__ = [
 ]
 
 
-class Target(NamedTuple):
+class Target(tuple):
     """A path a patch touches, as :meth:`Patcher.plan` lists it. The functions below take
     these or the contract's ``PatchTarget`` models alike: a helper need not build a model
-    to be told what it may write."""
+    to be told what it may write.
 
-    path: str
-    """Absolute, lexically normalised."""
-    action: str
-    """``add``, ``update``, ``delete`` or ``move``."""
-    role: str = "target"
-    """``target``, ``move_source`` or ``move_destination``."""
+    A tuple ``(path, action, role)`` with named fields, as the ``NamedTuple`` it was (equal
+    to a tuple of the same values, unpacked, hashed); written out because ``NamedTuple``
+    needs typing."""
+
+    __slots__ = ()
+    _fields = ("path", "action", "role")
+
+    def __new__(cls, path: str, action: str, role: str = "target") -> Target:
+        return tuple.__new__(cls, (path, action, role))
+
+    def __getnewargs__(self) -> tuple[str, str, str]:
+        return tuple(self)  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"Target(path={self[0]!r}, action={self[1]!r}, role={self[2]!r})"
+
+    path = property(lambda self: self[0], doc="Absolute, lexically normalised.")
+    action = property(lambda self: self[1], doc="``add``, ``update``, ``delete`` or ``move``.")
+    role = property(lambda self: self[2], doc="``target``, ``move_source`` or ``move_destination``.")
 
 
 def open_workspace(
@@ -139,13 +159,26 @@ def patch_targets_refusal(workspace: WorkspaceView, targets: Iterable[Target]) -
     return paths_refusal(workspace.paths, write=removes, write_through=writes)
 
 
-class InstalledPlugin(NamedTuple):
+class InstalledPlugin(tuple):
     """A ``codespace.plugins`` entry point, as the process that started a helper found it
     (``value``: ``module`` or ``module:attribute``). Handing these over spares the helper
-    a scan of the installed distributions (importlib.metadata)."""
+    a scan of the installed distributions (importlib.metadata). A tuple ``(name, value)``
+    with named fields, as :class:`Target` is."""
 
-    name: str
-    value: str
+    __slots__ = ()
+    _fields = ("name", "value")
+
+    def __new__(cls, name: str, value: str) -> InstalledPlugin:
+        return tuple.__new__(cls, (name, value))
+
+    def __getnewargs__(self) -> tuple[str, str]:
+        return tuple(self)  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"InstalledPlugin(name={self[0]!r}, value={self[1]!r})"
+
+    name = property(lambda self: self[0])
+    value = property(lambda self: self[1])
 
     @property
     def dist(self) -> None:
@@ -153,7 +186,9 @@ class InstalledPlugin(NamedTuple):
 
     def load(self) -> object:
         module, _, attribute = self.value.partition(":")
-        loaded: object = importlib.import_module(module.strip())
+        # __import__ and sys.modules, as importlib.import_module does, without loading importlib.
+        __import__(module.strip())
+        loaded: object = _sys.modules[module.strip()]
         for part in filter(None, attribute.strip().split(".")):
             loaded = getattr(loaded, part)
         return loaded
@@ -190,6 +225,19 @@ def filesystem(
     plugins, failed = _plugins_for(workspace, installed)
     fs, _ = plugins.filesystem(workspace)
     return fs, failed
+
+
+# The methods of contract.SyncFileBytes: the helper tests for them without loading the
+# protocol (a typing.Protocol; a test holds the two lists equal).
+BLOCKING_BYTE_METHODS = ("read_bytes_sync", "write_bytes_sync", "kind_sync", "delete_file_sync")
+
+
+def blocking_bytes(fs: object) -> SyncFileBytes | None:
+    """``fs`` when it has the blocking byte methods (``isinstance(fs, contract.SyncFileBytes)``,
+    which is what this answers, without loading typing), else None."""
+    if all(getattr(fs, name, None) is not None for name in BLOCKING_BYTE_METHODS):
+        return fs  # type: ignore[return-value]
+    return None
 
 
 def backends(

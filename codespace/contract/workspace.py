@@ -23,6 +23,11 @@ class WorkspaceView(Protocol):
         """The workspace directory, resolved (no symbolic link in it)."""
 
     @property
+    def root_str(self) -> str:
+        """``root`` as a string, for os calls: reading it loads no pathlib, which a one-shot
+        helper process (the patch helper) cannot afford. Added in codespace 0.2."""
+
+    @property
     def state_dir(self) -> Path:
         """The server's private directory for this workspace (mode 0700, hidden from the
         agent and from sandboxed commands). It may not exist yet: see :meth:`ensure_state_dir`."""

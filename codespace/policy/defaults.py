@@ -8,11 +8,23 @@ each is written once.
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
 from .credentials import CREDENTIAL_PATHS
 
-Access = Literal["read", "write", "none"]
+TYPE_CHECKING = False  # not typing's: the patch helper reads these defaults, and typing costs it more
+if TYPE_CHECKING:
+    from typing import Any, Literal
+
+    Access = Literal["read", "write", "none"]
+
+
+def __getattr__(name: str) -> object:
+    # ``Access`` is a run-time value only for the pydantic models (model.py), which load typing anyway.
+    if name == "Access":
+        from typing import Literal
+
+        globals()["Access"] = value = Literal["read", "write", "none"]
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 MiB = 1024 * 1024
 

@@ -10,22 +10,24 @@ the *use* race-free. The same rules drive the sandbox's mounts.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Literal
 
 from ..contract.errors import Refused
 
+# Not typing's TYPE_CHECKING: the patch helper builds these rules, and typing costs it more than its patch.
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # the rules need no pydantic: a one-shot helper builds them too
     from pathlib import Path
+    from typing import Literal
 
     from .model import Access, FilesystemPolicy
+
+    Need = Literal["read", "write"]
 
 PATH_MAX = 4096
 NAME_MAX = 255
 
 # Ties between entries of equal depth go to the more restrictive access.
 _RESTRICTIVENESS = {"none": 2, "read": 1, "write": 0}
-
-Need = Literal["read", "write"]
 
 
 class PathRule:
@@ -74,6 +76,12 @@ def split_parts(path: str) -> tuple[str, ...]:
 
 def normalize(raw: str, base: str) -> str:
     """Join ``raw`` to ``base`` and remove ``.``/``..`` lexically (``..`` at ``/`` stays ``/``)."""
+    return "/" + "/".join(normalized_parts(raw, base))
+
+
+def normalized_parts(raw: str, base: str) -> tuple[str, ...]:
+    """``split_parts(normalize(raw, base))``, without joining and splitting again: the rules
+    of a workspace are built from ~150 entries by every process that opens it."""
     joined = raw if raw.startswith("/") else f"{base}/{raw}"
     out: list[str] = []
     for part in joined.split("/"):
@@ -84,7 +92,7 @@ def normalize(raw: str, base: str) -> str:
                 out.pop()
             continue
         out.append(part)
-    return "/" + "/".join(out)
+    return tuple(out)
 
 
 def validate_agent_path(raw: str) -> str | None:
@@ -136,17 +144,18 @@ class PathRules:
     def build(
         cls,
         fs: FilesystemPolicy,
-        workspace: Path,
+        workspace: str | Path,
         home: str,
         extra: list[PathRule] = (),  # type: ignore[assignment]
     ) -> PathRules:
         rules = []
+        root = str(workspace)
         for key, access in fs.merged_paths().items():
             if key == "~" or key.startswith("~/"):
-                absolute = normalize(key[2:] if key != "~" else ".", home)
+                parts = normalized_parts(key[2:] if key != "~" else ".", home)
             else:
-                absolute = normalize(key, str(workspace))
-            rules.append(PathRule(split_parts(absolute), access, f"filesystem.paths[{key!r}]"))
+                parts = normalized_parts(key, root)
+            rules.append(PathRule(parts, access, f"filesystem.paths[{key!r}]"))
         rules.extend(extra)
         return cls(rules, fs.all_protected())
 

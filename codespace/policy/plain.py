@@ -10,12 +10,13 @@ A test compares every value here with the model's default.
 
 from __future__ import annotations
 
-from functools import cache
-from typing import TYPE_CHECKING, Any
+from .defaults import DEFAULT_PROTECTED_ANCHORED, DEFAULT_PROTECTED_NAMES, MiB, all_protected, merged_paths
 
-from .defaults import DEFAULT_PROTECTED_ANCHORED, DEFAULT_PROTECTED_NAMES, Access, MiB, all_protected, merged_paths
-
+TYPE_CHECKING = False  # not typing's (nor functools'): the patch helper loads this module, and they cost it more
 if TYPE_CHECKING:
+    from typing import Any
+
+    from .defaults import Access
     from .model import Policy
 
 
@@ -34,11 +35,16 @@ def _plain_values() -> dict[str, dict[str, Any]]:
     }
 
 
-@cache
-def _validated() -> Policy:
-    from .model import default_policy
+_VALIDATED: list[Policy] = []
 
-    return default_policy()
+
+def _validated() -> Policy:
+    """The model's defaults, built once."""
+    if not _VALIDATED:
+        from .model import default_policy
+
+        _VALIDATED.append(default_policy())
+    return _VALIDATED[0]
 
 
 class _ReadOnly:

@@ -20,15 +20,20 @@ hops to a thread, so such a process never loads them.
 from __future__ import annotations
 
 import os
-from functools import partial
-from typing import TYPE_CHECKING
 
-from . import listing, moving, reading, removing, writing
-from .resolve import Confinement, Mode
+from . import reading, writing
+from .resolve import Confinement
 
 # The models only type the methods: a process that reads and writes bytes (the patch
 # helper) loads no pydantic for them.
+#
+# Closures rather than functools.partial below, this TYPE_CHECKING rather than typing's, and the
+# listing, directory, move and removal modules imported by the methods that use them: the patch
+# helper rewrites files through this backend, and functools, typing and those modules (a quarter
+# millisecond each) cost it more than its patch.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from .resolve import Mode
     from codespace.contract import (
         FileKind,
         ListDirRequest,
@@ -73,10 +78,11 @@ class FsBackend:
     async def read_file(self, request: ReadFileRequest) -> ReadFileResult:
         limits = self.limits
         fd, st, _ = reading.open_regular(self.conf, request.path, need="read", follow=True, action="read")
-        run = partial(
-            reading.read_file_from, fd, st, request, max_file_bytes=limits.max_file_bytes,
-            default_max_bytes=limits.max_read_bytes,
-        )
+        max_file, max_read = limits.max_file_bytes, limits.max_read_bytes
+
+        def run() -> ReadFileResult:
+            return reading.read_file_from(fd, st, request, max_file_bytes=max_file, default_max_bytes=max_read)
+
         if st.st_size <= INLINE_READ_BYTES:
             return run()
         return await _in_thread(run, fd)
@@ -86,7 +92,10 @@ class FsBackend:
 
     async def read_bytes(self, path: str, *, max_bytes: int, follow_symlink: bool = False) -> bytes:
         fd, st, _ = reading.open_regular(self.conf, path, need="read", follow=follow_symlink, action="read")
-        run = partial(reading.read_bytes_from, fd, st, path, max_bytes)
+
+        def run() -> bytes:
+            return reading.read_bytes_from(fd, st, path, max_bytes)
+
         if st.st_size <= INLINE_READ_BYTES:
             return run()
         if st.st_size <= min(INLINE_COPY_BYTES, max_bytes):
@@ -97,8 +106,14 @@ class FsBackend:
         return await _in_thread(run, fd)
 
     async def list_dir(self, request: ListDirRequest) -> ListDirResult:
+        from . import listing
+
         fd, st = listing.open_dir(self.conf, request.path)
-        run = partial(listing.list_dir_from, fd, request, max_entries=self.limits.walk_max_entries)
+        max_entries = self.limits.walk_max_entries
+
+        def run() -> ListDirResult:
+            return listing.list_dir_from(fd, request, max_entries=max_entries)
+
         if st.st_size <= INLINE_DIR_BYTES:
             return run()
         return await _in_thread(run, fd)
@@ -111,28 +126,38 @@ class FsBackend:
         return await run_cancellable(lambda cancel: walking.walk(self.conf, request, self.limits, cancel))
 
     async def stat(self, request: StatRequest) -> StatResult:
+        from . import listing
+
         return listing.stat_path(self.conf, request)
 
     async def kind(self, path: str) -> FileKind | None:
+        from . import listing
+
         return listing.kind(self.conf, path)  # type: ignore[return-value]
 
     def kind_sync(self, path: str, *, follow_symlink: bool = False) -> FileKind | None:
+        from . import listing
+
         return listing.kind(self.conf, path, follow=follow_symlink)  # type: ignore[return-value]
 
     # -- changes -------------------------------------------------------------------
 
     async def write_file(self, request: WriteFileRequest) -> WriteFileResult:
-        return await _to_thread(
-            partial(writing.write_file, self.conf, request, max_file_bytes=self.limits.max_file_bytes)
-        )
+        conf, max_file = self.conf, self.limits.max_file_bytes
+        return await _to_thread(lambda: writing.write_file(conf, request, max_file_bytes=max_file))
 
     def _writer(
         self, path: str, data: bytes, *, create_parents: bool, follow_symlink: bool, durable: bool, in_place: bool,
     ):  # noqa: ANN202
-        write = writing.write_in_place if in_place else partial(writing.write_atomic, report_previous=False)
-        return partial(
-            write, self.conf, path, data, max_file_bytes=self.limits.max_file_bytes,
-            create_parents=create_parents, follow_symlink=follow_symlink, durable=durable,
+        conf, max_file = self.conf, self.limits.max_file_bytes
+        if in_place:
+            return lambda: writing.write_in_place(
+                conf, path, data, max_file_bytes=max_file, create_parents=create_parents,
+                follow_symlink=follow_symlink, durable=durable,
+            )
+        return lambda: writing.write_atomic(
+            conf, path, data, max_file_bytes=max_file, create_parents=create_parents, follow_symlink=follow_symlink,
+            durable=durable, report_previous=False,
         )
 
     def write_bytes_sync(
@@ -157,14 +182,20 @@ class FsBackend:
         await _to_thread(writing.pending_sync.flush)
 
     async def make_dir(self, request: MakeDirRequest) -> MakeDirResult:
-        return writing.make_dir(self.conf, request)
+        from . import directories
+
+        return directories.make_dir(self.conf, request)
 
     async def move(self, request: MoveRequest) -> MoveResult:
         from codespace.contract import run_cancellable
 
+        from . import moving
+
         return await run_cancellable(lambda cancel: moving.move(self.conf, request, cancel))
 
     async def remove(self, request: RemoveRequest) -> RemoveResult:
+        from . import removing
+
         if not request.recursive:
             return removing.remove(self.conf, request)
         from codespace.contract import run_cancellable
@@ -172,9 +203,13 @@ class FsBackend:
         return await run_cancellable(lambda cancel: removing.remove(self.conf, request, cancel))
 
     async def delete_file(self, path: str) -> None:
+        from . import removing
+
         removing.delete_file(self.conf, path)
 
     def delete_file_sync(self, path: str) -> None:
+        from . import removing  # here, as moving above: an Update patch (the helper's usual one) needs neither
+
         removing.delete_file(self.conf, path)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import TYPE_CHECKING
 
 from codespace.contract import FsError
 
@@ -21,6 +20,7 @@ from .syncing import fsync_quietly
 
 # The models load where they are built: a process that only moves bytes through the
 # backend (the patch helper) then loads no pydantic.
+TYPE_CHECKING = False  # not typing's: typing costs the patch helper (which loads this module) more than its patch
 if TYPE_CHECKING:
     from codespace.contract import MakeDirRequest, MakeDirResult
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from operator import attrgetter
-from typing import TYPE_CHECKING
 
 from codespace.contract import FsError
 
@@ -16,10 +14,10 @@ from .resolve import O_DIR, O_PATH, Confinement
 
 # The models load where they are built: a process that only moves bytes through the
 # backend (the patch helper) then loads no pydantic.
+TYPE_CHECKING = False  # not typing's: typing costs the patch helper (which loads this module) more than its patch
 if TYPE_CHECKING:
     from codespace.contract import DirEntry, ListDirRequest, StatRequest, StatResult, ListDirResult, EntryError
 
-_by_name = attrgetter("name")
 NON_UTF8 = (
     "the name is not valid UTF-8, so it is shown with \\xNN escapes and the file tools cannot address it; "
     "rename it with a command (for example mv) to use it"
@@ -42,6 +40,8 @@ def list_dir(conf: Confinement, request: ListDirRequest, *, max_entries: int) ->
 
 def list_dir_from(fd: int, request: ListDirRequest, *, max_entries: int) -> ListDirResult:
     """The ``list_dir`` answer for an opened directory; closes ``fd``."""
+    from operator import attrgetter  # here: the patch helper, which lists nothing, imports this module
+
     from codespace.contract import EntryError, ListDirResult
 
     path = request.path
@@ -49,7 +49,7 @@ def list_dir_from(fd: int, request: ListDirRequest, *, max_entries: int) -> List
     try:
         try:
             with os.scandir(fd) as it:
-                found = sorted(it, key=_by_name)
+                found = sorted(it, key=attrgetter("name"))
         except OSError as exc:
             raise errors.os_error(exc, path, "list") from exc
         entries: list[DirEntry] = []

@@ -3,29 +3,44 @@
 from __future__ import annotations
 
 import errno
-import logging
 import os
-from functools import cache
-from typing import TYPE_CHECKING
 
 from codespace import hookimpl
 
 from . import kernel
-from .resolve import MODE_ENV, Mode, choose_mode
+from .resolve import MODE_ENV, choose_mode
 
+# Not typing's TYPE_CHECKING, nor functools.cache and a module logger below: the patch helper
+# loads this module to get its backend, and typing, functools and logging cost it more than its patch.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from codespace.contract import Check, WorkspaceView
 
     from .backend import FsBackend
+    from .resolve import Mode
 
-log = logging.getLogger(__name__)
+_MODES: dict[str | None, tuple[Mode, str]] = {}
 
 
-@cache
 def _mode(requested: str | None) -> tuple[Mode, str]:
-    mode, why = choose_mode(requested)
-    log.info("codespace-fs: path resolution by %s (%s)", mode, why)
-    return mode, why
+    """The resolution mode for ``requested``, chosen (and logged) once per value."""
+    chosen = _MODES.get(requested)
+    if chosen is None:
+        chosen = _MODES[requested] = choose_mode(requested)
+        if _info_enabled():
+            import logging
+
+            logging.getLogger(__name__).info("codespace-fs: path resolution by %s (%s)", *chosen)
+    return chosen
+
+
+def _info_enabled() -> bool:
+    """Would an INFO record of this module be shown? Only when logging is loaded (a server
+    configures it at start-up; a process that never loaded it has no handler to show it)."""
+    import sys
+
+    logging = sys.modules.get("logging")
+    return logging is not None and logging.getLogger(__name__).isEnabledFor(logging.INFO)
 
 
 @hookimpl

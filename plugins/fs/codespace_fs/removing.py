@@ -17,8 +17,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import threading
-from typing import TYPE_CHECKING
 
 from codespace.contract import FsError
 
@@ -27,7 +25,10 @@ from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, Confinement
 
 # The models load where they are built: a process that only moves bytes through the
 # backend (the patch helper) then loads no pydantic.
+TYPE_CHECKING = False  # not typing's: typing costs the patch helper (which loads this module) more than its patch
 if TYPE_CHECKING:
+    import threading
+
     from codespace.contract import RemoveRequest, RemoveResult
 
 _DIR_FLAGS = os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC

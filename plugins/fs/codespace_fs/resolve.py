@@ -26,33 +26,53 @@ at the leaf; they act through the parent directory's fd with ``*at`` calls.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import stat
-import threading
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from _thread import allocate_lock  # threading.Lock itself; threading costs the patch helper 4 ms
 
 from codespace.contract import FsError
 
-from . import errors, kernel, openat_walk
+from . import errors, kernel
 from .names import join, readlink_at
 from .roots import O_CLOEXEC, O_DIR, O_NOFOLLOW, O_PATH, Root
 
+TYPE_CHECKING = False  # not typing's: typing costs the patch helper (which loads this module) more than its patch
 if TYPE_CHECKING:
+    from typing import Literal
+
     from codespace.contract import PathRules, WorkspaceView
 
-log = logging.getLogger(__name__)
-
-Need = Literal["read", "write"]
-Mode = Literal["openat2", "openat"]
+    Need = Literal["read", "write"]
+    Mode = Literal["openat2", "openat"]
 
 MODE_ENV = "CODESPACE_FS_RESOLVER"
-class Opened(NamedTuple):
-    """An fd for the object a path reached, and the path the policy judged it by."""
 
-    fd: int
-    path: str
-    followed: bool
+
+def _log():  # noqa: ANN202 - logging loads where something is logged: it costs the patch helper 5 ms
+    import logging
+
+    return logging.getLogger(__name__)
+
+
+class Opened(tuple):
+    """An fd for the object a path reached, and the path the policy judged it by (a tuple
+    with named fields, as :class:`.roots.Root` is)."""
+
+    __slots__ = ()
+    _fields = ("fd", "path", "followed")
+
+    def __new__(cls, fd: int, path: str, followed: bool) -> Opened:
+        return tuple.__new__(cls, (fd, path, followed))
+
+    def __getnewargs__(self) -> tuple[int, str, bool]:
+        return tuple(self)  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"Opened(fd={self[0]!r}, path={self[1]!r}, followed={self[2]!r})"
+
+    fd: int = property(lambda self: self[0])  # type: ignore[assignment]
+    path: str = property(lambda self: self[1])  # type: ignore[assignment]
+    followed: bool = property(lambda self: self[2])  # type: ignore[assignment]
 
 
 def choose_mode(requested: str | None = None) -> tuple[Mode, str]:
@@ -61,7 +81,7 @@ def choose_mode(requested: str | None = None) -> tuple[Mode, str]:
     if requested == "openat":
         return "openat", f"forced by {MODE_ENV}=openat ({why})"
     if requested not in ("", "openat2", "auto"):
-        log.warning("%s=%r is not one of auto, openat2, openat; using auto", MODE_ENV, requested)
+        _log().warning("%s=%r is not one of auto, openat2, openat; using auto", MODE_ENV, requested)
     if available:
         return "openat2", why
     return "openat", f"fallback: {why}"
@@ -71,14 +91,14 @@ class Confinement:
     """Resolution of policy-checked absolute paths, confined to their roots."""
 
     def __init__(self, workspace: WorkspaceView, mode: Mode) -> None:
-        self.workspace_root = str(workspace.root)
+        self.workspace_root = workspace.root_str  # not str(root): a Path, and pathlib costs the patch helper
         self.rules: PathRules = workspace.paths
         self.follow_links = workspace.policy.filesystem.symlinks == "within_root"
         # Decided by the core policy; the read path only applies it.
         self.refuse_hardlinks = bool(getattr(workspace, "refuse_hardlinks", False))
         self.mode: Mode = mode
         self._ws_fd: int | None = None
-        self._lock = threading.Lock()
+        self._lock = allocate_lock()
         self._ws_prefix = self.workspace_root.rstrip("/") + "/"
 
     # -- roots -------------------------------------------------------------------
@@ -160,6 +180,8 @@ class Confinement:
                 fd, followed = self._openat2(root, rel, flags)
                 real_rel = self._real_rel(root, fd) if followed else rel
             else:
+                from . import openat_walk  # the fallback for kernels without openat2
+
                 fd, followed, real_rel = openat_walk.walk(root, rel, flags, follow_last, self.follow_links)
         except OSError as exc:
             raise self._explain(exc, root, rel, path if leaf is None else f"{path.rstrip('/')}/{leaf}", action) from exc

@@ -16,16 +16,12 @@ Directory creation is :mod:`.directories`; deferred flushes are :mod:`.syncing`.
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import stat
-from typing import TYPE_CHECKING
 
 from codespace.contract import FsError
 
 from . import errors, kernel
-from .directories import ensure_parent
-from .directories import make_dir  # noqa: F401 - the backend calls it as writing.make_dir
 from .names import lstat_at, readlink_at
 from .reading import CHUNK, kind_of, open_regular_at
 from .resolve import O_CLOEXEC, O_NOFOLLOW, O_PATH, Confinement
@@ -33,6 +29,7 @@ from .syncing import fsync_quietly, pending_sync
 
 # The models load where they are built: a process that only moves bytes through the
 # backend (the patch helper) then loads no pydantic.
+TYPE_CHECKING = False  # not typing's: typing costs the patch helper (which loads this module) more than its patch
 if TYPE_CHECKING:
     from codespace.contract import WriteFileRequest, WriteFileResult
 
@@ -149,6 +146,8 @@ def write_atomic(
     if follow_symlink:
         path = _follow_leaf(conf, path)
     if create_parents:
+        from .directories import ensure_parent  # here: rewriting a file in place (the patch helper's usual write) needs none
+
         parent, name = ensure_parent(conf, path, "write")
     else:
         parent, name = conf.open_parent(path, need="write", action="write")
@@ -286,9 +285,14 @@ def _open_temp(dirfd: int, mode: int, path: str) -> tuple[int, str | None]:
         raise errors.os_error(exc, path, "write") from exc
 
 
-@functools.cache
+_PROC_FD_LINKS: list[bool] = []
+
+
 def _proc_fd_links() -> bool:
-    return os.path.isdir("/proc/self/fd")
+    """Is /proc/self/fd there? Asked once (functools.cache would cost the patch helper 3 ms)."""
+    if not _PROC_FD_LINKS:
+        _PROC_FD_LINKS.append(os.path.isdir("/proc/self/fd"))
+    return _PROC_FD_LINKS[0]
 
 
 def _link_fd(fd: int, dirfd: int, name: str) -> None:

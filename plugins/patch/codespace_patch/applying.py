@@ -15,14 +15,15 @@ after the last line) takes the line-by-line path, which runs the four passes of
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
-from .diagnose import context_hint, lines_hint
 from .errors import ApplyError
-from .line_endings import Lines
-from .parser import Chunk
 from .records import Record
-from .seek import Seeker
+
+# The line path's modules (and the parser's types, for annotations) load where they are used:
+# the helper's usual patch takes the text path, and each module costs it a quarter millisecond.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .line_endings import Lines
+    from .parser import Chunk
 
 
 class TextLines:
@@ -61,6 +62,8 @@ class TextLines:
     def _walk_to(self, line: int) -> int:
         """Where ``line`` starts, walking from the nearer anchor (a diff's context
         lines are at most a few lines from one)."""
+        from bisect import bisect_right  # here: only a diff asks, and the helper makes none
+
         k = bisect_right(self._lines, line) - 1
         below, above = self._lines[k], self._lines[k + 1]
         text = self.text
@@ -111,47 +114,95 @@ def rewrite(text: str, chunks: list[Chunk], path: str) -> Rewrite:
 # -- the text path ------------------------------------------------------------------
 
 
-def _find_lines(text: str, block: str, offset: int) -> int:
+def _find_lines(text: str | bytes, block: str | bytes, offset: int, nl: str | bytes = "\n") -> int:
     """The first line start at or after ``offset`` where ``block`` (whole lines, each
     with its LF) stands in ``text``; -1 when none does."""
     while True:
-        found = text.find(block, offset)
-        if found <= 0 or text[found - 1] == "\n":
+        found = text.find(block, offset)  # type: ignore[arg-type]
+        if found <= 0 or text[found - 1:found] == nl:
             return found
         offset = found + 1
 
 
-def _rewrite_text(text: str, chunks: list[Chunk]) -> Rewrite | None:
-    """The rewrite when every chunk is found by the exact pass; None as soon as one is
-    not, or for a pure insertion (it goes after the last line, out of file order)."""
+def _exact_blocks(
+    text: str | bytes, chunks: list[Chunk], as_bytes: bool = False,
+) -> tuple[list[tuple[int, int, Chunk]], int] | None:
+    """Where each chunk's block stands, found by the exact pass in file order: (its first
+    line's number, its offset, the chunk) each, and the text's line count; None as soon
+    as one is not found, or for a pure insertion (it goes after the last line, out of
+    file order). ``text`` is an LF-only, terminated str, or (``as_bytes``) such a text's
+    ASCII bytes, which the chunks' lines are encoded to match."""
+    nl = b"\n" if as_bytes else "\n"
     size = len(text)
     cursor = 0  # offset of the first line a chunk may match, a line start
     line = counted = 0  # ``line`` is the number of the line starting at offset ``counted``
-    built = _TextBuilder(text)
+    found_blocks = []
     for chunk in chunks:
         if chunk.context:
-            found = _find_lines(text, chunk.context + "\n", cursor)
+            context = chunk.context + "\n"
+            found = _find_lines(text, context.encode("utf-8", "surrogatepass") if as_bytes else context, cursor, nl)
             if found < 0:
                 return None
-            cursor = found + len(chunk.context) + 1
+            cursor = found + len(chunk.context) + 1  # an ASCII match: as many bytes as characters
         pattern = chunk.old
         if not pattern:
             return None
-        block = "\n".join(pattern) + "\n"
+        block: str | bytes = "\n".join(pattern) + "\n"
+        if as_bytes:
+            block = block.encode("utf-8", "surrogatepass")  # type: ignore[union-attr]
         if chunk.end_of_file:
             found = size - len(block)
-            if found < cursor or not text.endswith(block) or (found and text[found - 1] != "\n"):
+            if found < cursor or not text.endswith(block) or (found and text[found - 1:found] != nl):  # type: ignore[arg-type]
                 return None
         else:
-            found = _find_lines(text, block, cursor)
+            found = _find_lines(text, block, cursor, nl)
             if found < 0:
                 return None
-        line += text.count("\n", counted, found)
-        counted = found
+        if not as_bytes:  # the byte path keeps no line numbers: it makes no diff
+            line += text.count(nl, counted, found)  # type: ignore[arg-type]
+            counted = found
+        found_blocks.append((line, found, chunk))
+        cursor = found + len(block)
+    return found_blocks, (0 if as_bytes else line + text.count(nl, counted))  # type: ignore[arg-type]
+
+
+def _rewrite_text(text: str, chunks: list[Chunk]) -> Rewrite | None:
+    """The rewrite when every chunk is found by the exact pass (:func:`_exact_blocks`), else None."""
+    located = _exact_blocks(text, chunks)
+    if located is None:
+        return None
+    blocks, count = located
+    built = _TextBuilder(text)
+    for line, found, chunk in blocks:
         for first, length, added, offset, end in _runs(chunk):
             built.edit(line + first, length, added, found + offset, found + end)
-        cursor = found + len(block)
-    return built.finish(line + text.count("\n", counted))
+    return built.finish(count)
+
+
+def rewrite_ascii(data: bytes, chunks: list[Chunk]) -> bytes | None:
+    """What ``rewrite(data.decode(), chunks, path).text().encode("utf-8", "surrogatepass")``
+    gives, for an ASCII, LF-only, terminated file whose chunks the exact pass finds in file
+    order; None otherwise (the caller then takes :func:`rewrite`, which also says why a
+    chunk did not match). No diff can be made of it: for a caller that wants none (the
+    helper process), this spares decoding the file, encoding the result and the diff's
+    bookkeeping. The same as the text path byte for byte: an ASCII file holds a chunk's
+    lines only where its text does, at the same offsets (a line with other characters is
+    found in neither), and the kept spans and added lines are the same bytes either way."""
+    if not (data.isascii() and data.endswith(b"\n")) or b"\r" in data:
+        return None
+    located = _exact_blocks(data, chunks, as_bytes=True)
+    if located is None:
+        return None
+    pieces = []
+    source = 0  # the first byte not yet carried over
+    for _, found, chunk in located[0]:
+        for _, _, added, offset, end in _runs(chunk):
+            pieces.append(data[source:found + offset])
+            if added:
+                pieces.append(("\n".join(added) + "\n").encode("utf-8", "surrogatepass"))
+            source = found + end
+    pieces.append(data[source:])
+    return b"".join(pieces)
 
 
 class _TextBuilder:
@@ -199,6 +250,9 @@ class _TextBuilder:
 
 def rewrite_by_lines(text: str, chunks: list[Chunk], path: str) -> Rewrite:
     """:func:`rewrite` line by line, every pass available."""
+    from .line_endings import Lines
+    from .seek import Seeker
+
     old = Lines.parse(text)
     seeker = Seeker(old.texts)
     n = len(old.texts)
@@ -208,6 +262,8 @@ def rewrite_by_lines(text: str, chunks: list[Chunk], path: str) -> Rewrite:
         if chunk.context:
             found = seeker.find([chunk.context], cursor)
             if found is None:
+                from .diagnose import context_hint  # on the failure path only: it loads collections
+
                 hint, details = context_hint(old.texts, chunk, number, len(chunks), cursor, path)
                 raise ApplyError(
                     f"Failed to find context '{chunk.context}' in {path}",
@@ -230,6 +286,8 @@ def rewrite_by_lines(text: str, chunks: list[Chunk], path: str) -> Rewrite:
             pattern = pattern[:-1]
             found = seeker.find(pattern, cursor, chunk.end_of_file)
         if found is None:
+            from .diagnose import lines_hint
+
             hint, details = lines_hint(old.texts, chunk, number, len(chunks), cursor, path)
             raise ApplyError(
                 f"Failed to find expected lines in {path}:\n" + "\n".join(chunk.old),
@@ -291,6 +349,8 @@ def _without_sides(lines: list[tuple[str, str]], drop_old: int, drop_new: int) -
 
 
 def _build(old: Lines, edits: list[Edit]) -> Rewrite:
+    from .line_endings import Lines
+
     texts, terms = old.texts, old.terms
     preferred = old.preferred
     new_texts: list[str] = []

@@ -113,7 +113,7 @@ def _run(text: str, mode: str, plugins: list[tuple[str, str]] | None) -> int:
     except PatchError as exc:
         _err(exc.message + "\n")
         return EXIT_FAILED
-    cwd = str(workspace.root)
+    cwd = workspace.root_str  # a str: ``root`` is a Path, and pathlib costs the helper more than its patch
     refusal = gate.patch_targets_refusal(workspace, targets_of(patch, cwd))
     if refusal is not None:
         _err(refusal.message + "\n")
@@ -122,10 +122,9 @@ def _run(text: str, mode: str, plugins: list[tuple[str, str]] | None) -> int:
     if fs is None:
         return EXIT_SETUP
     if mode == "upstream":
-        from codespace.contract import SyncFileBytes
-
-        if isinstance(fs, SyncFileBytes):
-            return _apply_loop_free(patch, workspace, fs, cwd)
+        blocking = gate.blocking_bytes(fs)  # isinstance(fs, SyncFileBytes), without loading typing
+        if blocking is not None:
+            return _apply_loop_free(patch, workspace, blocking, cwd)
     import asyncio  # the FileSystem backend's methods are coroutines
 
     return asyncio.run(_apply(patch, mode, workspace, fs, cwd))
@@ -201,7 +200,7 @@ async def _apply_atomic(patch, resolve, workspace, fs, max_bytes: int):  # noqa:
     directory = journal_dir(workspace)
     if pending(directory):
         await recover(fs, directory, max_bytes)
-    store = OverlayStore(fs, max_bytes, str(workspace.root))
+    store = OverlayStore(fs, max_bytes, workspace.root_str)
     run = await run_sections(patch, resolve, store)
     changes = store.changes()
     if changes or store.new_dirs:

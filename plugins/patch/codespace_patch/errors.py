@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the helper loads this module, and typing costs it more than its patch
+if TYPE_CHECKING:
+    from typing import Any
 
 VALID_HEADERS = "Valid hunk headers: '*** Add File: {path}', '*** Delete File: {path}', '*** Update File: {path}'"
 LINE_PREFIXES = "Every line should start with ' ' (context line), '+' (added line), or '-' (removed line)"

@@ -10,12 +10,12 @@ the helper more than the released binary's whole run on a large patch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from .stores import DirectStore
 
+TYPE_CHECKING = False  # not typing's: typing cost this road more than the patch it runs
 if TYPE_CHECKING:
     from collections.abc import Coroutine
+    from typing import Any
 
     from codespace.contract import FileKind, SyncFileBytes
 

@@ -8,10 +8,8 @@ wrapper was removed).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from .errors import LINE_PREFIXES, VALID_HEADERS, ParseError
-from .records import Record
+from .records import Fields, Record, field
 from .rust_text import is_blank, trim, trim_end
 
 BEGIN = "*** Begin Patch"
@@ -54,15 +52,27 @@ class Chunk(Record):
         return [text for kind, text in self.lines if kind != "-"]
 
 
-class AddFile(NamedTuple):
-    path: str
-    contents: str
-    line: int
+class AddFile(Fields):
+    __slots__ = ()
+    _fields = ("path", "contents", "line")
+
+    def __new__(cls, path: str, contents: str, line: int) -> AddFile:
+        return tuple.__new__(cls, (path, contents, line))
+
+    path: str = field(0)  # type: ignore[assignment]
+    contents: str = field(1)  # type: ignore[assignment]
+    line: int = field(2)  # type: ignore[assignment]
 
 
-class DeleteFile(NamedTuple):
-    path: str
-    line: int
+class DeleteFile(Fields):
+    __slots__ = ()
+    _fields = ("path", "line")
+
+    def __new__(cls, path: str, line: int) -> DeleteFile:
+        return tuple.__new__(cls, (path, line))
+
+    path: str = field(0)  # type: ignore[assignment]
+    line: int = field(1)  # type: ignore[assignment]
 
 
 class UpdateFile(Record):
@@ -85,9 +95,15 @@ class UpdateFile(Record):
 Section = AddFile | DeleteFile | UpdateFile
 
 
-class Patch(NamedTuple):
-    sections: tuple[Section, ...]
-    environment_id: str | None = None
+class Patch(Fields):
+    __slots__ = ()
+    _fields = ("sections", "environment_id")
+
+    def __new__(cls, sections: tuple[Section, ...], environment_id: str | None = None) -> Patch:
+        return tuple.__new__(cls, (sections, environment_id))
+
+    sections: tuple[Section, ...] = field(0)  # type: ignore[assignment]
+    environment_id: str | None = field(1)  # type: ignore[assignment]
 
 
 def parse_patch(text: str) -> Patch:

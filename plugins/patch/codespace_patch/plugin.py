@@ -6,18 +6,18 @@ it stays light: the backend's modules load when a hook first needs them.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-import threading
-from typing import TYPE_CHECKING, Any
 
 from codespace import hookimpl
 
+# The helper process loads this module with the plugins (to choose its file-system backend):
+# typing, logging and threading, each loaded where a hook needs it, would cost it more than its patch.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from codespace.contract import Backends, WorkspaceView
+    from typing import Any
 
-log = logging.getLogger(__name__)
+    from codespace.contract import Backends, WorkspaceView
 
 HELPER = "codespace-apply-patch"
 
@@ -49,6 +49,8 @@ def _run_on_thread(fn):  # noqa: ANN001, ANN202
         except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
             box["error"] = exc
 
+    import threading
+
     thread = threading.Thread(target=body, name="codespace-patch-recovery")
     thread.start()
     thread.join()
@@ -71,7 +73,9 @@ def codespace_startup(workspace: WorkspaceView, backends: Backends) -> None:
     outcome = _run_on_thread(lambda: recover(fs, directory, workspace.limits.max_file_bytes))
     text = describe(outcome)
     if text:
-        log.warning("apply_patch recovery in %s: %s", directory, text)
+        import logging
+
+        logging.getLogger(__name__).warning("apply_patch recovery in %s: %s", directory, text)
 
 
 @hookimpl

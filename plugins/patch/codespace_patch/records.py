@@ -1,11 +1,12 @@
-"""A base for the package's mutable value classes, without dataclasses' cost at import.
+"""Bases for the package's value classes, without dataclasses' or typing's cost at import.
 
 ``@dataclass`` compiles each class's methods with ``exec`` when its module loads, 1-2 ms
 a class here; the helper process (``codespace-apply-patch``) loaded eleven of them, about
-as long as it then took to parse and rewrite a 20,000-line file. Immutable values are
-``NamedTuple``s instead; mutable ones derive from :class:`Record`, write their own
-``__init__`` and get equality and a repr from their ``__slots__``: plain methods,
-nothing generated.
+as long as it then took to parse and rewrite a 20,000-line file. ``typing.NamedTuple``
+needs typing, which cost the helper as much again. Mutable values derive from
+:class:`Record`, immutable ones from :class:`Fields`; each writes its own ``__init__`` (or
+``__new__``) and gets equality and a repr from its field names: plain methods, nothing
+generated.
 """
 
 from __future__ import annotations
@@ -26,3 +27,33 @@ class Record:
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
         return f"{type(self).__name__}({fields})"
+
+
+class Fields(tuple):
+    """An immutable record as a ``NamedTuple`` is one: a tuple (equal to a plain tuple of the
+    same values, unpacked, indexed, hashed) whose fields also have names. A subclass lists
+    them as ``_fields``, writes ``__new__`` and reads each through :func:`field`."""
+
+    __slots__ = ()
+    _fields: tuple[str, ...] = ()
+
+    def __getnewargs__(self) -> tuple[object, ...]:
+        return tuple(self)  # pickled (and copied) by value, as a NamedTuple is
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in zip(self._fields, self))
+        return f"{type(self).__name__}({shown})"
+
+    def _replace(self, **changes: object) -> Fields:
+        values = [changes.pop(name, value) for name, value in zip(self._fields, self)]
+        if changes:
+            raise ValueError(f"Got unexpected field names: {list(changes)!r}")
+        return type(self)(*values)
+
+    def _asdict(self) -> dict[str, object]:
+        return dict(zip(self._fields, self))
+
+
+def field(index: int, doc: str | None = None) -> property:
+    """The field at ``index`` of a :class:`Fields` tuple, as an attribute."""
+    return property(lambda self: self[index], doc=doc)

@@ -9,8 +9,6 @@ them, and candidates come from ``list.index`` on the pattern's first line, so a
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from .rust_text import RUST_WHITESPACE
 
 # Pass 4 maps these typographic characters to ASCII, one for one; nothing else
@@ -42,6 +40,10 @@ def _both(line: str) -> str:
 def _punctuation(line: str) -> str:
     return line.strip(RUST_WHITESPACE).translate(_PUNCTUATION)
 
+
+TYPE_CHECKING = False  # not typing's, nor collections.abc's: they cost the helper more than its patch
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 PASSES: tuple[Callable[[str], str], ...] = (_exact, _trailing, _both, _punctuation)
 

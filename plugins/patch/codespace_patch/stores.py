@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import errno
 import posixpath
-from typing import TYPE_CHECKING, NamedTuple
 
 from codespace.contract import FsError, normalize
 
+TYPE_CHECKING = False  # not typing's: the helper loads this module, and typing costs it more than its patch
 if TYPE_CHECKING:
     from codespace.contract import FileSystem
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # helper applies most patches without them.
 
 from .errors import rust_io_error
-from .records import Record
+from .records import Fields, Record, field
 from .sections import StoreFailure
 
 # Errnos a plain read can produce upstream too; their text is Rust's. Anything
@@ -118,10 +118,16 @@ class _Entry(Record):
         self.current = current
 
 
-class Change(NamedTuple):
-    path: str
-    old: bytes | None  # None: the file did not exist
-    new: bytes | None  # None: the file is deleted
+class Change(Fields):
+    __slots__ = ()
+    _fields = ("path", "old", "new")
+
+    def __new__(cls, path: str, old: bytes | None, new: bytes | None) -> Change:
+        return tuple.__new__(cls, (path, old, new))
+
+    path: str = field(0)  # type: ignore[assignment]
+    old: bytes | None = field(1, "None: the file did not exist")  # type: ignore[assignment]
+    new: bytes | None = field(2, "None: the file is deleted")  # type: ignore[assignment]
 
 
 _ATOMIC_LINK = (

@@ -213,6 +213,43 @@ def test_the_text_path_and_the_line_path_agree(seed):
     )
 
 
+@pytest.mark.parametrize("seed", range(300))
+def test_the_byte_path_gives_the_text_paths_bytes_or_steps_aside(seed):
+    """rewrite_ascii() (the helper's road: no diff wanted) gives exactly the bytes rewrite()
+    gives, or None; and None only outside its domain or where the exact pass does not find
+    every chunk in file order (rewrite's text path also steps aside there)."""
+    from codespace_patch.applying import _rewrite_text, rewrite_ascii
+
+    rng = random.Random(seed)
+    lines = _file_lines(rng)
+    if seed % 3:  # LF only for two seeds in three, ASCII too for one; every kind of file for the third
+        lines = [line.replace("\r", "") for line in lines]
+    if seed % 3 == 2:
+        lines = [line.encode("ascii", "replace").decode() for line in lines]
+    old = "".join(line + "\n" for line in lines)
+    body = _chunks(rng, lines, [])
+    (section,) = parse_patch("\n".join(["*** Begin Patch", "*** Update File: f", *body, "*** End Patch"])).sections
+    data = old.encode("utf-8", "surrogatepass")
+    got = rewrite_ascii(data, section.chunks)
+    in_domain = data.isascii() and data.endswith(b"\n") and b"\r" not in data
+    if got is None:
+        assert not in_domain or _rewrite_text(old, section.chunks) is None
+        return
+    assert in_domain
+    assert got == rewrite(old, section.chunks, "/w/f").text().encode("utf-8", "surrogatepass")
+
+
+def test_the_byte_path_keeps_non_ascii_added_lines_and_leaves_non_ascii_files():
+    from codespace_patch.applying import rewrite_ascii
+
+    (section,) = parse_patch("*** Begin Patch\n*** Update File: f\n@@ a\n b\n-c\n+\u00e9\u2014\n*** End Patch").sections
+    assert rewrite_ascii(b"a\nb\nc\nd\n", section.chunks) == "a\nb\n\u00e9\u2014\nd\n".encode()
+    assert rewrite_ascii("a\nb\nc\n\u00e9\n".encode(), section.chunks) is None  # not ASCII: the text path
+    (loose,) = parse_patch("*** Begin Patch\n*** Update File: f\n@@\n b\u2014\n-c\n+x\n*** End Patch").sections
+    assert rewrite_ascii(b"b-\nc\n", loose.chunks) is None  # only a looser pass finds it
+    assert rewrite("b-\nc\n", loose.chunks, "/w/f").text() == "b-\nx\n"
+
+
 def test_the_text_path_is_taken_for_lf_files_and_left_for_others():
     from codespace_patch.applying import TextLines
 

@@ -30,3 +30,19 @@ async def test_the_helper_is_refused_what_the_gateway_refuses_with_the_same_mess
             assert outcome.stderr.decode() == error["message"] + "\n", name
     assert snapshot(outside) == before_out
     assert snapshot(ws) == before_ws
+
+
+def test_blocking_bytes_answers_what_isinstance_of_the_protocol_answers():
+    # The helper asks gate.blocking_bytes instead of isinstance(fs, SyncFileBytes), which
+    # would load typing: the method list must be the protocol's, and the answers the same.
+    from codespace.contract import SyncFileBytes, gate
+
+    declared = {name for name, value in vars(SyncFileBytes).items() if callable(value) and not name.startswith("_")}
+    assert set(gate.BLOCKING_BYTE_METHODS) == declared
+
+    def backend(*names: str) -> object:
+        return type("Backend", (), {name: lambda self, *a, **k: None for name in names})()
+
+    for candidate in (backend(*declared), backend(*sorted(declared)[:-1]), backend(), object()):
+        assert (gate.blocking_bytes(candidate) is candidate) == isinstance(candidate, SyncFileBytes)
+    assert gate.blocking_bytes(backend(*declared)) is not None

@@ -31,7 +31,14 @@ HEAVY = ("asyncio", "anyio", "pydantic", "ctypes", "shutil", "hashlib", "platfor
          # handed its plugins), dataclasses with the inspect it loads (the core's rules and
          # workspace are plain classes), the command rules' parsers.
          "pluggy", "codespace.plugins", "codespace.hookspecs", "dataclasses", "inspect", "shlex",
-         "importlib.metadata")
+         "importlib.metadata",
+         # Issue 11 item 10: the helper as a whole process within 1.5x the binary leaves about
+         # 5 ms for every import, and each of these cost 1-8 ms (python -X importtime): typing
+         # (NamedTuple, Protocol, TYPE_CHECKING), logging and threading (loggers, locks), pathlib
+         # (and the urllib.parse and ipaddress it loads), re and enum, functools, collections
+         # and contextlib (which typing and functools bring), difflib (failure hints only).
+         "typing", "logging", "threading", "pathlib", "urllib.parse", "ipaddress", "re", "enum", "functools",
+         "collections", "contextlib", "difflib", "tomllib", "importlib")
 
 
 def test_drive_returns_what_the_coroutine_returns_and_raises_what_it_raises():
