@@ -24,6 +24,13 @@ Section ``read_file``: the MCP ``read_file`` call on a small file, p50, through 
 
     .venv/bin/python benchmarks/worker_bench.py --section read_file [--rounds 7] [--calls 300]
 
+Section ``lane``: ``fs.read_file`` of a small file through a runner worker
+(``codespace-worker serve --fd N``, codespace-fs), p50 per round, median over rounds, interleaved:
+on the connection (:meth:`WorkerClient.call`), on the fast lane (:meth:`WorkerClient.call_fast`),
+and the runner's own handler called in this process (the work with no process hop at all).
+
+    .venv/bin/python benchmarks/worker_bench.py --section lane [--rounds 5] [--calls 400]
+
 Sections ``exec`` and ``pty``, the same way: ``exec`` of ``true`` (p50 ms; sandboxed by the default
 policy in both, so the worker's own sandbox launcher is measured against the server's), and a
 terminal's throughput (MiB/s: ``tty`` exec printing about 4 MiB, ``lossless``, drained with
@@ -118,7 +125,7 @@ class Floor:
 class Worker:
     name = "worker"
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, runner: bool = False) -> None:
         self.token = secrets.token_hex(32).encode()
         token_file = tmp / "token"
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -127,9 +134,10 @@ class Worker:
         (tmp / "ws").mkdir()
         ours, theirs = socket.socketpair()
         argv = [sys.executable, "-m", "codespace_runtime.cli", "serve", "--workspace", str(tmp / "ws"),
-                "--token-file", str(token_file), "--no-runner", "--fd", str(theirs.fileno())]
+                "--token-file", str(token_file), *([] if runner else ["--no-runner"]), "--fd", str(theirs.fileno())]
         self.proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()],
-                                     env={**os.environ, "CODESPACE_STATE_DIR": str(tmp / "state")})
+                                     env={**os.environ, "CODESPACE_STATE_DIR": str(tmp / "state"),
+                                          "CODESPACE_PLUGINS_ALLOW": "fs"})
         theirs.close()
         self.sock = ours
         self.client: WorkerClient | None = None
@@ -179,6 +187,47 @@ async def protocol(rounds: int, calls: int) -> dict:
             for contender in contenders:
                 await contender.close()
     return {w: {name: round(statistics.median(v), 4) for name, v in by.items()} for w, by in results.items()}
+
+
+async def lane(rounds: int, calls: int) -> dict:
+    from codespace_runtime.runner import handlers_for
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        worker = Worker(root, runner=True)
+        (root / "ws" / "a.txt").write_text(READ_TEXT)
+        params = {"path": str((root / "ws" / "a.txt").resolve())}
+        local = handlers_for(str(root / "ws"), state_dir=str(root / "state-local"))[0]["fs.read_file"]
+        try:
+            await worker.start()
+        except Exception as exc:
+            raise SystemExit(f"worker failed to start ({type(exc).__name__}: {exc}): benchmark failed") from None
+
+        async def connection() -> dict:
+            return (await worker.client.call("fs.read_file", params))[0]
+
+        async def fast() -> dict:
+            result = await worker.client.call_fast("fs.read_file", params)
+            if result is None:
+                raise SystemExit("the fast lane did not carry the read: benchmark failed")
+            return result
+
+        contenders = {"connection": connection, "lane": fast, "in-process handler": lambda: local(dict(params), [])}
+        results: dict[str, list[float]] = {name: [] for name in contenders}
+        try:
+            for _ in range(rounds + 1):  # the first round warms up
+                for name, call in contenders.items():
+                    samples = []
+                    for _ in range(calls):
+                        start = time.perf_counter()
+                        got = await call()
+                        samples.append((time.perf_counter() - start) * 1000)
+                        if got["content"] != READ_TEXT:
+                            raise SystemExit(f"{name} read {got!r}: benchmark failed")
+                    results[name].append(statistics.median(samples))
+        finally:
+            await worker.close()
+    return {name: round(statistics.median(v[1:]), 4) for name, v in results.items()}
 
 
 READ_TEXT = "hello from a small file\n" * 4
@@ -283,7 +332,7 @@ async def server_section(rounds: int, calls: int, workload: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--section", choices=["protocol", *WORKLOADS], default="protocol")
+    parser.add_argument("--section", choices=["protocol", "lane", *WORKLOADS], default="protocol")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=400)
     args = parser.parse_args()
@@ -294,6 +343,12 @@ def main() -> None:
         print(f"{args.section} median: in-process {off:.3f} {unit}  child worker {child:.3f} {unit}  | "
               f"child/in-process {child / off:.2f}x")
         print(json.dumps({"section": args.section, **found, "ratio": round(child / off, 3), "load": os.getloadavg()[0]}))
+        return
+    if args.section == "lane":
+        found = asyncio.run(lane(args.rounds, args.calls))
+        print("fs.read_file p50: " + "  ".join(f"{name} {ms:.3f} ms" for name, ms in found.items())
+              + f"  | lane/connection {found['lane'] / found['connection']:.2f}x")
+        print(json.dumps({"section": "lane", "p50_ms": found, "load": os.getloadavg()[0]}))
         return
     results = asyncio.run(protocol(args.rounds, args.calls))
     for workload, by in results.items():
