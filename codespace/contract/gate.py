@@ -25,6 +25,7 @@ import sys as _sys
 from ..policy.paths import normalize, validate_agent_path
 from ..workspace import Workspace, WorkspaceError
 from .errors import Refused
+from .records import Fields, field
 
 TYPE_CHECKING = False  # not typing's: see above
 if TYPE_CHECKING:
@@ -54,14 +55,11 @@ __all__ = [
 ]
 
 
-class Target(tuple):
+class Target(Fields):
     """A path a patch touches, as :meth:`Patcher.plan` lists it. The functions below take
     these or the contract's ``PatchTarget`` models alike: a helper need not build a model
-    to be told what it may write.
-
-    A tuple ``(path, action, role)`` with named fields, as the ``NamedTuple`` it was (equal
-    to a tuple of the same values, unpacked, hashed); written out because ``NamedTuple``
-    needs typing."""
+    to be told what it may write. A tuple ``(path, action, role)`` with named fields, as the
+    ``NamedTuple`` it was (``NamedTuple`` needs typing)."""
 
     __slots__ = ()
     _fields = ("path", "action", "role")
@@ -69,15 +67,9 @@ class Target(tuple):
     def __new__(cls, path: str, action: str, role: str = "target") -> Target:
         return tuple.__new__(cls, (path, action, role))
 
-    def __getnewargs__(self) -> tuple[str, str, str]:
-        return tuple(self)  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        return f"Target(path={self[0]!r}, action={self[1]!r}, role={self[2]!r})"
-
-    path = property(lambda self: self[0], doc="Absolute, lexically normalised.")
-    action = property(lambda self: self[1], doc="``add``, ``update``, ``delete`` or ``move``.")
-    role = property(lambda self: self[2], doc="``target``, ``move_source`` or ``move_destination``.")
+    path = field(0, "Absolute, lexically normalised.")
+    action = field(1, "``add``, ``update``, ``delete`` or ``move``.")
+    role = field(2, "``target``, ``move_source`` or ``move_destination``.")
 
 
 def open_workspace(
@@ -159,7 +151,7 @@ def patch_targets_refusal(workspace: WorkspaceView, targets: Iterable[Target]) -
     return paths_refusal(workspace.paths, write=removes, write_through=writes)
 
 
-class InstalledPlugin(tuple):
+class InstalledPlugin(Fields):
     """A ``codespace.plugins`` entry point, as the process that started a helper found it
     (``value``: ``module`` or ``module:attribute``). Handing these over spares the helper
     a scan of the installed distributions (importlib.metadata). A tuple ``(name, value)``
@@ -171,14 +163,8 @@ class InstalledPlugin(tuple):
     def __new__(cls, name: str, value: str) -> InstalledPlugin:
         return tuple.__new__(cls, (name, value))
 
-    def __getnewargs__(self) -> tuple[str, str]:
-        return tuple(self)  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        return f"InstalledPlugin(name={self[0]!r}, value={self[1]!r})"
-
-    name = property(lambda self: self[0])
-    value = property(lambda self: self[1])
+    name = field(0)
+    value = field(1)
 
     @property
     def dist(self) -> None:

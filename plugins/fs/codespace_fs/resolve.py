@@ -31,6 +31,7 @@ import stat
 from _thread import allocate_lock  # threading.Lock itself; threading costs the patch helper 4 ms
 
 from codespace.contract import FsError
+from codespace.contract.records import Fields, field
 
 from . import errors, kernel
 from .names import join, readlink_at
@@ -54,7 +55,7 @@ def _log():  # noqa: ANN202 - logging loads where something is logged: it costs 
     return logging.getLogger(__name__)
 
 
-class Opened(tuple):
+class Opened(Fields):
     """An fd for the object a path reached, and the path the policy judged it by (a tuple
     with named fields, as :class:`.roots.Root` is)."""
 
@@ -64,15 +65,9 @@ class Opened(tuple):
     def __new__(cls, fd: int, path: str, followed: bool) -> Opened:
         return tuple.__new__(cls, (fd, path, followed))
 
-    def __getnewargs__(self) -> tuple[int, str, bool]:
-        return tuple(self)  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        return f"Opened(fd={self[0]!r}, path={self[1]!r}, followed={self[2]!r})"
-
-    fd: int = property(lambda self: self[0])  # type: ignore[assignment]
-    path: str = property(lambda self: self[1])  # type: ignore[assignment]
-    followed: bool = property(lambda self: self[2])  # type: ignore[assignment]
+    fd: int = field(0)  # type: ignore[assignment]
+    path: str = field(1)  # type: ignore[assignment]
+    followed: bool = field(2)  # type: ignore[assignment]
 
 
 def choose_mode(requested: str | None = None) -> tuple[Mode, str]:

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import os
 
+from codespace.contract.records import Fields, field
+
 O_CLOEXEC = os.O_CLOEXEC
 O_PATH = os.O_PATH
 O_DIR = os.O_DIRECTORY
 O_NOFOLLOW = os.O_NOFOLLOW
 
 
-# Tuples with named fields rather than dataclasses, here and for resolve.Opened: a dataclass
-# compiles its methods when the module loads (1-2 ms each), and typing.NamedTuple needs typing
-# (several ms), both paid by the one-shot patch helper at start. Each is what its NamedTuple
-# was: a tuple (equal to a plain tuple of its values, unpacked, hashed) with named fields.
-class Root(tuple):
+# A tuple with named fields (codespace.contract.records: no dataclass or typing cost for the
+# one-shot patch helper), here and for resolve.Opened, as the NamedTuples they were.
+class Root(Fields):
     """The directory a path is confined to: the workspace root, or the deepest
     policy entry granting access to a path outside it."""
 
@@ -28,15 +28,9 @@ class Root(tuple):
     def __new__(cls, path: str, fd: int, owned: bool) -> Root:
         return tuple.__new__(cls, (path, fd, owned))
 
-    def __getnewargs__(self) -> tuple[str, int, bool]:
-        return tuple(self)  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        return f"Root(path={self[0]!r}, fd={self[1]!r}, owned={self[2]!r})"
-
-    path: str = property(lambda self: self[0])  # type: ignore[assignment]
-    fd: int = property(lambda self: self[1])  # type: ignore[assignment]
-    owned: bool = property(lambda self: self[2])  # type: ignore[assignment]
+    path: str = field(0)  # type: ignore[assignment]
+    fd: int = field(1)  # type: ignore[assignment]
+    owned: bool = field(2)  # type: ignore[assignment]
 
     @property
     def is_fs_root(self) -> bool:

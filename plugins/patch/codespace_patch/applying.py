@@ -15,8 +15,9 @@ after the last line) takes the line-by-line path, which runs the four passes of
 
 from __future__ import annotations
 
+from codespace.contract.records import Record
+
 from .errors import ApplyError
-from .records import Record
 
 # The line path's modules (and the parser's types, for annotations) load where they are used:
 # the helper's usual patch takes the text path, and each module costs it a quarter millisecond.

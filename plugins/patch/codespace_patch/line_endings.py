@@ -8,7 +8,7 @@ the file, LF when there is none. After an update every line is terminated.
 
 from __future__ import annotations
 
-from .records import Record
+from codespace.contract.records import Record
 
 
 def _split_terminated(text: str) -> list[str]:

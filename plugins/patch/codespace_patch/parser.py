@@ -8,8 +8,9 @@ wrapper was removed).
 
 from __future__ import annotations
 
+from codespace.contract.records import Fields, Record, field
+
 from .errors import LINE_PREFIXES, VALID_HEADERS, ParseError
-from .records import Fields, Record, field
 from .rust_text import is_blank, trim, trim_end
 
 BEGIN = "*** Begin Patch"

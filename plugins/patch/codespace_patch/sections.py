@@ -8,10 +8,11 @@ upstream's, whichever store is used.
 
 from __future__ import annotations
 
+from codespace.contract.records import Record
+
 from .applying import Rewrite, rewrite, rewrite_ascii
 from .errors import NO_FILES, ApplyError, rust_utf8_error
 from .parser import AddFile, DeleteFile, Patch, Section, UpdateFile
-from .records import Record
 
 
 class StoreFailure(Exception):

@@ -17,6 +17,7 @@ import errno
 import posixpath
 
 from codespace.contract import FsError, normalize
+from codespace.contract.records import Fields, Record, field
 
 TYPE_CHECKING = False  # not typing's: the helper loads this module, and typing costs it more than its patch
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 # helper applies most patches without them.
 
 from .errors import rust_io_error
-from .records import Fields, Record, field
 from .sections import StoreFailure
 
 # Errnos a plain read can produce upstream too; their text is Rust's. Anything

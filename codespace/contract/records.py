@@ -1,9 +1,11 @@
-"""Bases for the package's value classes, without dataclasses' or typing's cost at import.
+"""Bases for value classes, without dataclasses' or typing's cost at import (part of the
+plugin API: a plugin may import this module).
 
 ``@dataclass`` compiles each class's methods with ``exec`` when its module loads, 1-2 ms
-a class here; the helper process (``codespace-apply-patch``) loaded eleven of them, about
+a class here; the patch helper (``codespace-apply-patch``) loaded eleven of them, about
 as long as it then took to parse and rewrite a 20,000-line file. ``typing.NamedTuple``
-needs typing, which cost the helper as much again. Mutable values derive from
+needs typing, which cost the helper as much again. The core's helper road
+(:mod:`.gate`), codespace-fs and codespace-patch build their values on these. Mutable values derive from
 :class:`Record`, immutable ones from :class:`Fields`; each writes its own ``__init__`` (or
 ``__new__``) and gets equality and a repr from its field names: plain methods, nothing
 generated.
