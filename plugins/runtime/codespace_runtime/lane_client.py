@@ -15,7 +15,7 @@ import itertools
 import select
 import socket
 
-from .framing import FrameError, encode_frame
+from .framing import FrameError, _wait, encode_frame
 from .lane_frames import read_frame
 
 FAST_WAIT_S = 0.001
@@ -53,7 +53,7 @@ class Lane:
         try:
             self.sock.sendall(data)
             if not self._poll.poll(FAST_WAIT_S * 1000):
-                await self._readable()
+                await _wait(asyncio.get_running_loop(), self.sock, write=False)  # framing's readiness wait
             obj = read_frame(self.sock)
         except (OSError, EOFError, FrameError) as exc:
             self.close()
@@ -68,16 +68,6 @@ class Lane:
             self.close()
             raise LaneLost(f"the lane answered request {obj.get('id')!r}, not {request_id}")
         return obj
-
-    async def _readable(self) -> None:
-        loop = asyncio.get_running_loop()
-        ready = loop.create_future()
-        fd = self.sock.fileno()
-        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
-        try:
-            await ready
-        finally:
-            loop.remove_reader(fd)
 
     def close(self) -> None:
         if not self.closed:
