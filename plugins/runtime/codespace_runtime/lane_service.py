@@ -21,6 +21,8 @@ import socket
 import threading
 from collections.abc import Callable, Mapping
 
+from pydantic import ValidationError
+
 from . import protocol as p
 from .framing import FrameError, close_all, encode_frame
 from .lane_frames import read_frame
@@ -98,11 +100,13 @@ async def _serve(sock: socket.socket, handlers: Mapping[str, Callable], error_fo
             if exc.fatal:
                 return
             continue
-        request_id, method, params = obj.get("id"), obj.get("method"), obj.get("params", {})
-        if type(request_id) is not int or not isinstance(method, str) or not isinstance(params, dict):
-            _send(sock, p.error_frame(request_id if type(request_id) is int else None, p.Error(
-                code=p.BAD_REQUEST, message="a lane request needs an integer id, a method and params as an object")))
+        try:
+            request = p.Request.model_validate(obj)  # the connection's own envelope rules
+        except (ValidationError, RecursionError) as exc:
+            request_id = obj.get("id") if type(obj.get("id")) is int else None
+            _send(sock, p.error_frame(request_id, p.Error(code=p.BAD_REQUEST, message=p.request_problem(exc))))
             continue
+        request_id, method, params = request.id, request.method, request.params
         if method not in LANE_METHODS:
             _send(sock, p.error_frame(request_id, p.Error(code=p.UNKNOWN_METHOD, message=(
                 f"{method!r} is not served on the fast lane (it serves {', '.join(sorted(LANE_METHODS))}); "

@@ -17,7 +17,7 @@ import hmac
 from typing import Any
 
 from codespace.contract import Strict
-from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 PROTOCOL = 5
 WORKER_VERSION = "0.1.0"
@@ -122,3 +122,13 @@ def error_frame(request_id: int | None, error: Error) -> dict:
 
 def result_frame(request_id: int, result: dict) -> dict:
     return {"id": request_id, "result": result}
+
+
+def request_problem(exc: BaseException) -> str:
+    """The message for a frame that is not a :class:`Request` (``exc`` from validating it)."""
+    if isinstance(exc, RecursionError):
+        return "the request is nested too deeply"
+    first = exc.errors()[0] if isinstance(exc, ValidationError) and exc.errors() else {}
+    where = ".".join(str(part) for part in first.get("loc", ())) or "the frame"
+    return (f"not a protocol-5 request ({where}: {first.get('msg', exc)}). A request is "
+            "{'id': <int>, 'method': <str>, 'params': <object>}.")

@@ -144,7 +144,7 @@ class Connection:
             except (ValidationError, RecursionError) as exc:
                 _close(fds)
                 request_id = obj.get("id") if type(obj.get("id")) is int else None
-                await self._send_error(request_id, p.BAD_REQUEST, _request_problem(exc))
+                await self._send_error(request_id, p.BAD_REQUEST, p.request_problem(exc))
 
     async def _handshake(self) -> bool:
         try:
@@ -174,7 +174,7 @@ class Connection:
             if type(request.params.get("protocol")) is int and request.params["protocol"] != p.PROTOCOL:
                 await self._send_error(request.id, p.PROTOCOL_MISMATCH, p.mismatch_message(request.params["protocol"]))
             else:
-                await self._send_error(request.id, p.BAD_PARAMS, f"hello refused: {_request_problem(exc)}")
+                await self._send_error(request.id, p.BAD_PARAMS, f"hello refused: {p.request_problem(exc)}")
             return False
         if hello.protocol != p.PROTOCOL:
             await self._send_error(request.id, p.PROTOCOL_MISMATCH, p.mismatch_message(hello.protocol))
@@ -305,15 +305,6 @@ class Connection:
 
 def _liveness() -> dict:
     return {"protocols": [p.PROTOCOL], "worker": p.WORKER_VERSION, "alive": True}
-
-
-def _request_problem(exc: BaseException) -> str:
-    if isinstance(exc, RecursionError):
-        return "the request is nested too deeply"
-    first = exc.errors()[0] if isinstance(exc, ValidationError) and exc.errors() else {}
-    where = ".".join(str(part) for part in first.get("loc", ())) or "the frame"
-    return (f"not a protocol-5 request ({where}: {first.get('msg', exc)}). A request is "
-            "{'id': <int>, 'method': <str>, 'params': <object>}.")
 
 
 def _close(fds: Sequence[int]) -> None:
