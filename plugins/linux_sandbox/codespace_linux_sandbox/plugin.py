@@ -3,32 +3,36 @@ the egress proxy) and ``codespace doctor`` checks."""
 
 from __future__ import annotations
 
-import logging
-
-import anyio
-
 from codespace import hookimpl
-from codespace.contract import Check, Refused, SandboxLayout
 
-from .backend import LinuxSandbox, helper_argv, landlock_abi, probe_bwrap
-from .launcher import Zygote
-from .seccomp import available as seccomp_problem
+# Every process that loads plugins imports this module, one-shot helpers included (the patch
+# helper, to choose its file-system backend): the backend's modules (pydantic, anyio) load in
+# the hooks below, never at import.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from codespace.contract import Check, SandboxLayout
 
-log = logging.getLogger(__name__)
+    from .backend import LinuxSandbox
 
 
 @hookimpl
 def codespace_sandbox(workspace):
+    from .backend import LinuxSandbox
+
     # Returned even when no engine works: the core's decision then names the reason
     # (info().detail) instead of "no sandbox plugin is installed".
     return LinuxSandbox.for_workspace(workspace)
 
 
 def _warm_helper(sandbox: LinuxSandbox):
+    import anyio
+
     async def warm_helper() -> None:
         """Start the warm helper with the server, not with its first command; stop it at shutdown."""
         if not sandbox.zygote.acquire():
-            log.warning("sandbox fast path unavailable: %s", sandbox.zygote.problem)
+            import logging
+
+            logging.getLogger(__name__).warning("sandbox fast path unavailable: %s", sandbox.zygote.problem)
             return
         try:
             await anyio.to_thread.run_sync(sandbox.zygote.wait_ready)
@@ -43,6 +47,8 @@ PLACEHOLDER_SWEEP_S = (0.5, 60.0)  # retry interval, give up after (a dead serve
 
 
 def _placeholder_sweep(sandbox: LinuxSandbox):
+    import anyio
+
     async def placeholder_sweep() -> None:
         """At start: remove the placeholders a killed server's helpers left in the workspace,
         once those helpers are gone (they hold the lock while their commands run)."""
@@ -55,6 +61,8 @@ def _placeholder_sweep(sandbox: LinuxSandbox):
 
 
 def _protected_walk(sandbox: LinuxSandbox, layout: SandboxLayout):
+    import anyio
+
     async def protected_walk() -> None:
         """At start: find the protected names below each writable root before the first command
         needs them (a big tree takes a while; see protected_scan)."""
@@ -65,6 +73,10 @@ def _protected_walk(sandbox: LinuxSandbox, layout: SandboxLayout):
 
 @hookimpl
 def codespace_services(workspace, backends, store):
+    from codespace.contract import Refused
+
+    from .backend import LinuxSandbox
+
     sandbox = backends.sandbox()
     if not isinstance(sandbox, LinuxSandbox):
         return None  # another plugin confines commands
@@ -82,6 +94,11 @@ def codespace_services(workspace, backends, store):
 
 
 def _fast_path_check() -> Check:
+    from codespace.contract import Check
+
+    from .backend import helper_argv
+    from .launcher import Zygote
+
     zygote = Zygote(helper_argv)
     try:
         ok = zygote.acquire() and zygote.wait_ready()
@@ -108,6 +125,11 @@ def codespace_pin_checks():
 
 @hookimpl
 def codespace_doctor(workspace):
+    from codespace.contract import Check
+
+    from .backend import LinuxSandbox, landlock_abi, probe_bwrap
+    from .seccomp import available as seccomp_problem
+
     sandbox = LinuxSandbox.for_workspace(workspace)
     info = sandbox.info()
     abi = landlock_abi()

@@ -1,22 +1,26 @@
-"""Hooks of the pty plugin."""
+"""Hooks of the pty plugin.
+
+Imported by every process that loads plugins, one-shot helpers included: the terminal's
+modules load in the hooks that need them."""
 
 from __future__ import annotations
 
 import os
 
 from codespace import hookimpl
-from codespace.contract import Check
-
-from .terminal import PtyTerminal
 
 
 @hookimpl
 def codespace_terminal(workspace):  # noqa: ANN001, ANN201
+    from .terminal import PtyTerminal
+
     return PtyTerminal()
 
 
 @hookimpl
 def codespace_doctor(workspace):  # noqa: ANN001, ANN201
+    from codespace.contract import Check
+
     try:
         fd = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY)
     except OSError as exc:

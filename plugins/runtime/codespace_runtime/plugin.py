@@ -10,18 +10,17 @@ the runner and must not forward again.
 
 from __future__ import annotations
 
-import json
-import logging
-from typing import TYPE_CHECKING, Any
-
 from codespace import hookimpl
 
 from .role import in_worker_process
 
+# Every process that loads plugins imports this module, one-shot helpers included (the patch
+# helper, to choose its file-system backend): json, logging and typing load where used.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from codespace.contract import Backends, Check, WorkspaceView
+    from typing import Any
 
-log = logging.getLogger(__name__)
+    from codespace.contract import Backends, Check, WorkspaceView
 
 
 @hookimpl
@@ -70,7 +69,9 @@ def codespace_services(workspace: WorkspaceView, backends: Backends, store: Any)
             try:
                 await worker.client()
             except ToolError as exc:  # said again by the first call, and in workspace_info
-                log.error("codespace-runtime: %s", exc.message)
+                import logging
+
+                logging.getLogger(__name__).error("codespace-runtime: %s", exc.message)
             await anyio.sleep_forever()
         finally:
             with anyio.CancelScope(shield=True):
@@ -135,6 +136,8 @@ def _live_check(workspace: WorkspaceView, mode: str) -> Check:
 
 
 def _last_status(workspace: WorkspaceView) -> dict | None:
+    import json
+
     from .lifecycle import STATUS_FILE
 
     path = workspace.state_dir / "worker" / STATUS_FILE
