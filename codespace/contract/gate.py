@@ -197,8 +197,13 @@ def filesystem(
     """The file-system backend a server would use for ``workspace`` (the same plugins, the
     same allow and block lists, the same order), or None; and ``name: error`` for each
     plugin that failed to load. ``installed``: the plugins' (name, entry point value)
-    pairs when the caller knows them (the choice is then made without the plugin
-    manager where it can be: :mod:`.helper_plugins`); None looks them up."""
+    pairs when the caller knows them; None reads them from the installed distributions
+    (:mod:`.installed`, without importlib.metadata where it can). The choice is then made
+    without the plugin manager where it can be (:mod:`.helper_plugins`)."""
+    if installed is None:
+        from .installed import entry_points
+
+        installed = entry_points()
     if installed is not None:
         from .helper_plugins import NOT_PLAIN, plain_filesystem
 

@@ -6,9 +6,14 @@ Patcher backend (:mod:`codespace_patch.backend`) and the helper executable
 (:mod:`codespace_patch.cli`) load the host's modules when used.
 """
 
-from .applying import Rewrite, rewrite
-from .errors import ApplyError, ParseError, PatchError
-from .parser import AddFile, Chunk, DeleteFile, Patch, UpdateFile, parse_patch
+# The names load on first use: the helper imports this package first, to serve the rest of
+# its modules from one file (code_cache), so the package itself must not import them.
+_EXPORTS = {
+    "Rewrite": "applying", "rewrite": "applying",
+    "ApplyError": "errors", "ParseError": "errors", "PatchError": "errors",
+    "AddFile": "parser", "Chunk": "parser", "DeleteFile": "parser", "Patch": "parser", "UpdateFile": "parser",
+    "parse_patch": "parser",
+}
 
 __version__ = "0.2.0"
 UPSTREAM_RELEASE = "rust-v0.171.0"
@@ -28,3 +33,12 @@ __all__ = [
     "parse_patch",
     "rewrite",
 ]
+
+
+def __getattr__(name: str):  # noqa: ANN202
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

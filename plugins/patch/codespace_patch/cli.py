@@ -218,8 +218,16 @@ def exit_now(code: int) -> None:
     tearing down the modules a patch loaded took longer than many a patch (20-140 ms)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    cache = sys.modules.get("codespace_patch.code_cache")  # installed by the boot line or the script
+    if cache is not None:
+        cache.save()  # written only when missing or stale; the answer is already out
     os._exit(code)
 
 
-if __name__ == "__main__":
+def command() -> None:
+    """The installed ``codespace-apply-patch`` command (``scripts/``): :func:`main`, then leave."""
     exit_now(main())
+
+
+if __name__ == "__main__":
+    command()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,29 @@ def test_upstream_mode_over_codespace_fs_loads_no_loop_no_pydantic_no_ffi_packag
     assert not [m for m in HEAVY if m in modules], f"loaded on the loop-free road: {[m for m in HEAVY if m in modules]}"
     assert (ws / "a.txt").read_text() == "one\n2\n" and (ws / "dst/m.txt").read_text() == "M\n"
     assert not (ws / "gone.txt").exists() and not (ws / "src/m.txt").exists()
+
+
+INSTALLED_COMMAND = Path(sys.executable).with_name("codespace-apply-patch")
+
+
+@needs_real_fs
+@pytest.mark.skipif(not INSTALLED_COMMAND.exists(), reason="codespace-apply-patch is not beside this interpreter")
+def test_the_installed_command_takes_the_same_road_with_every_plugin_installed(ws, tmp_path):
+    """As an agent runs it: the script pip installed, ``site`` on, no plugins handed over and
+    none filtered out (no CODESPACE_PLUGINS_ALLOW): it reads the entry points without
+    importlib.metadata, chooses without pluggy, and no plugin's hook module loads its
+    backend. Measured against what ``site`` alone loads in this environment."""
+    env = {k: v for k, v in helper_env(str(tmp_path / "s"), str(tmp_path), "real").items()
+           if k != "CODESPACE_PLUGINS_ALLOW"}
+    bare = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], capture_output=True, text=True,
+                          env=env, check=True)
+    by_site = {line.split("|")[-1].strip() for line in bare.stderr.splitlines() if line.startswith("import time:")}
+    done, modules = _imports([sys.executable, str(INSTALLED_COMMAND)], ws, env, _mixed(ws))
+    assert done.returncode == 0, done.stderr
+    assert {"codespace_patch.loop_free", "codespace_fs.backend", "codespace.contract.installed"} <= modules
+    heavy = [m for m in HEAVY if m in modules and m not in by_site]
+    assert not heavy, f"loaded by the installed command: {heavy}"
+    assert (ws / "a.txt").read_text() == "one\n2\n" and (ws / "dst/m.txt").read_text() == "M\n"
 
 
 @pytest.mark.parametrize("backend, mode", [("test", "upstream"), ("real", "atomic")])

@@ -1,0 +1,127 @@
+"""The helper's code cache (codespace_patch.code_cache): modules served from one file only
+while their sources are unchanged, everything else through the normal import, and a cache
+it cannot read or write never a failure. Each case runs real interpreters on a package
+built for it, with a cache file of its own."""
+
+from __future__ import annotations
+
+import json
+import marshal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import codespace_patch
+
+PATCH_ROOT = str(Path(codespace_patch.__file__).resolve().parents[1])
+
+DRIVER = textwrap.dedent("""
+    import json, sys
+    sys.path[:0] = [{patch_root!r}, {tree!r}]
+    from codespace_patch.code_cache import CodeCache
+    cache = CodeCache({cache!r})
+    sys.meta_path.insert(0, cache)
+    import pkg.mod
+    try:
+        pkg.mod.fail()
+    except ValueError as exc:
+        where = exc.__traceback__.tb_next.tb_frame.f_code.co_filename
+    print(json.dumps({{
+        "value": pkg.mod.VALUE, "loader": type(pkg.mod.__loader__).__name__,
+        "package_loader": type(pkg.__loader__).__name__, "file": pkg.mod.__file__, "cached": pkg.mod.__cached__,
+        "path": list(pkg.__path__), "traceback_file": where,
+    }}))
+    cache.save()
+""")
+
+
+def _tree(root: Path, value: str) -> None:
+    (root / "pkg").mkdir(parents=True, exist_ok=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "mod.py").write_text(f"VALUE = {value!r}\n\ndef fail():\n    raise ValueError('x')\n")
+
+
+def _run(tmp_path: Path, *flags: str, cache: Path | None = None) -> dict:
+    tree = tmp_path / "tree"
+    code = DRIVER.format(patch_root=PATCH_ROOT, tree=str(tree), cache=str(cache or tmp_path / "cache.bin"))
+    done = subprocess.run([sys.executable, "-I", "-S", *flags, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_second_run_is_served_from_the_cache_with_the_path_loaders_attributes(tmp_path):
+    _tree(tmp_path / "tree", "one")
+    first = _run(tmp_path)
+    assert first["loader"] == "SourceFileLoader" and (tmp_path / "cache.bin").is_file()
+    second = _run(tmp_path)
+    assert second["loader"] == second["package_loader"] == "_Loader"
+    assert {k: second[k] for k in ("value", "file", "cached", "path", "traceback_file")} == \
+        {k: first[k] for k in ("value", "file", "cached", "path", "traceback_file")}
+    assert second["traceback_file"] == str(tmp_path / "tree" / "pkg" / "mod.py")
+
+
+def test_a_changed_source_is_imported_from_itself_and_the_cache_rewritten(tmp_path):
+    _tree(tmp_path / "tree", "one")
+    _run(tmp_path)
+    _run(tmp_path)
+    _tree(tmp_path / "tree", "two, longer")
+    changed = _run(tmp_path)
+    assert changed["value"] == "two, longer" and changed["loader"] == "SourceFileLoader"
+    again = _run(tmp_path)
+    assert again["value"] == "two, longer" and again["loader"] == "_Loader"
+
+
+def test_a_module_the_cache_lacks_is_added(tmp_path):
+    _tree(tmp_path / "tree", "one")
+    (tmp_path / "tree" / "pkg" / "__init__.py").write_text("")
+    _run(tmp_path)
+    (tmp_path / "tree" / "pkg" / "mod.py").write_text(
+        "from . import extra\nVALUE = extra.X\n\ndef fail():\n    raise ValueError('x')\n")
+    (tmp_path / "tree" / "pkg" / "extra.py").write_text("X = 'from extra'\n")
+    assert _run(tmp_path)["value"] == "from extra"
+    assert _run(tmp_path)["loader"] == "_Loader"
+    from codespace_patch.code_cache import CodeCache
+
+    assert {"pkg", "pkg.mod", "pkg.extra"} <= set(CodeCache(str(tmp_path / "cache.bin")).index)
+
+
+@pytest.mark.parametrize("content", [b"", b"CSCC", b"CSCC\xff\xff\xff\x7f", b"not a cache at all" * 100,
+                                     b"CSCC\x05\x00\x00\x00\x00\x01\x02\x03\x04"])
+def test_a_damaged_cache_file_is_ignored_and_replaced(tmp_path, content):
+    _tree(tmp_path / "tree", "one")
+    (tmp_path / "cache.bin").write_bytes(content)
+    assert _run(tmp_path)["loader"] == "SourceFileLoader"
+    assert _run(tmp_path)["loader"] == "_Loader"
+
+
+def test_a_cut_or_foreign_code_entry_falls_back_for_that_module(tmp_path):
+    _tree(tmp_path / "tree", "one")
+    _run(tmp_path)
+    data = (tmp_path / "cache.bin").read_bytes()
+    (tmp_path / "cache.bin").write_bytes(data[: len(data) - 40])  # the index intact, the last code cut short
+    cut = _run(tmp_path)
+    assert cut["value"] == "one" and "SourceFileLoader" in (cut["loader"], cut["package_loader"])
+    assert _run(tmp_path)["loader"] == "_Loader"  # and written whole again
+    from codespace_patch.code_cache import MAGIC, CodeCache
+
+    cache = CodeCache(str(tmp_path / "cache.bin"))
+    head = marshal.dumps((1, {name: (*entry[:5], 0, 2) for name, entry in cache.index.items()}))
+    (tmp_path / "cache.bin").write_bytes(MAGIC + len(head).to_bytes(4, "little") + head + marshal.dumps(42))
+    foreign = _run(tmp_path)  # each entry unmarshals to an int, not code
+    assert foreign["value"] == "one" and foreign["loader"] == foreign["package_loader"] == "SourceFileLoader"
+    for index in ({"pkg": ("short",)}, {"pkg.mod": [1, 2]}, {3: ()}, ["not", "a", "dict"]):
+        head = marshal.dumps((1, index))
+        (tmp_path / "cache.bin").write_bytes(MAGIC + len(head).to_bytes(4, "little") + head)
+        assert _run(tmp_path)["value"] == "one"
+
+
+def test_no_cache_is_written_where_bytecode_is_not_or_cannot_be(tmp_path):
+    _tree(tmp_path / "tree", "one")
+    _run(tmp_path, "-B")
+    assert not (tmp_path / "cache.bin").exists()
+    unwritable = tmp_path / "missing-dir" / "cache.bin"
+    assert _run(tmp_path, cache=unwritable)["loader"] == "SourceFileLoader"
+    assert not unwritable.exists()
