@@ -25,11 +25,12 @@ import sys
 
 MAGIC = b"CSCC"  # then the index's length (4 bytes, little-endian), the index, the code
 FORMAT = 1
+PREFIX = "helper-road."
+KEEP = 8  # cache files per directory, the most recently written
 
 # importlib's frozen halves, always loaded (``importlib`` itself is a package to import).
 _bootstrap = sys.modules["_frozen_importlib"]
 _external = sys.modules["_frozen_importlib_external"]
-_CODE = type(compile("", "", "exec"))
 
 
 def _fnv1a(text: str) -> str:
@@ -40,10 +41,13 @@ def _fnv1a(text: str) -> str:
     return f"{h:016x}"
 
 
+_CODE = type(_fnv1a.__code__)  # not compile()'s: the first compile in a process costs 2 ms
+
+
 def cache_file() -> str:
     here = os.path.dirname(os.path.abspath(__file__))
     key = _fnv1a("\0".join([sys.executable, *sys.path]))
-    return os.path.join(here, "__pycache__", f"helper-road.{sys.implementation.cache_tag}.{key}.bin")
+    return os.path.join(here, "__pycache__", f"{PREFIX}{sys.implementation.cache_tag}.{key}.bin")
 
 
 class _Loader:
@@ -158,11 +162,29 @@ class CodeCache:
             with os.fdopen(fd, "wb") as f:
                 f.write(MAGIC + len(head).to_bytes(4, "little") + head + b"".join(blob for blob, _ in entries.values()))
             os.replace(tmp, self.path)
+            _prune(os.path.dirname(self.path))
         except OSError:  # an unwritable __pycache__ (an install owned by another user): no cache
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _prune(directory: str) -> None:
+    """Keep the KEEP most recently written caches: every import path has its own (a test's
+    temporary plugin directory makes a new one), and none is worth keeping for long."""
+    caches = []
+    for name in os.listdir(directory):
+        if name.startswith(PREFIX) and name.endswith(".bin"):
+            try:
+                caches.append((os.stat(os.path.join(directory, name)).st_mtime_ns, name))
+            except OSError:
+                continue
+    for _, name in sorted(caches, reverse=True)[KEEP:]:
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            pass
 
 
 _ENTRY_TYPES = (str, str, bool, int, int, int, int)  # origin, cached, package, mtime_ns, size, offset, length

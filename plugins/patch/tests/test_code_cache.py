@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import marshal
+import os
 import subprocess
 import sys
 import textwrap
@@ -125,3 +126,21 @@ def test_no_cache_is_written_where_bytecode_is_not_or_cannot_be(tmp_path):
     unwritable = tmp_path / "missing-dir" / "cache.bin"
     assert _run(tmp_path, cache=unwritable)["loader"] == "SourceFileLoader"
     assert not unwritable.exists()
+
+
+def test_only_the_most_recent_caches_are_kept(tmp_path):
+    from codespace_patch.code_cache import KEEP, PREFIX
+
+    _tree(tmp_path / "tree", "one")
+    directory = tmp_path / "pycache"
+    directory.mkdir()
+    for n in range(KEEP + 3):
+        old = directory / f"{PREFIX}tag.{n:016x}.bin"
+        old.write_bytes(b"old")
+        os.utime(old, ns=(n * 10**9, n * 10**9))
+    (directory / "unrelated.bin").write_bytes(b"kept")
+    _run(tmp_path, cache=directory / f"{PREFIX}tag.new.bin")
+    left = sorted(p.name for p in directory.iterdir())
+    assert f"{PREFIX}tag.new.bin" in left and "unrelated.bin" in left
+    assert len([n for n in left if n.startswith(PREFIX)]) == KEEP
+    assert f"{PREFIX}tag.{0:016x}.bin" not in left and f"{PREFIX}tag.{KEEP + 2:016x}.bin" in left
