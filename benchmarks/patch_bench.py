@@ -14,6 +14,11 @@ Contenders:
   CodeSpace starts it (``python -I -S``), upstream mode;
 - ``python -I -S (floor)`` — the same interpreter starting and exiting with
   nothing to do: the part of the helper's time no change to CodeSpace can remove;
+- ``command`` — the installed ``codespace-apply-patch`` (the script beside this
+  interpreter) as an agent types it in a shell: ``site`` on, no plugins handed over,
+  none filtered out (no ``CODESPACE_PLUGINS_ALLOW``), so it finds them itself
+  (``--command PATH`` times another, e.g. in a venv of wheels); ``python (floor)`` is
+  the interpreter beside it, with ``site``, starting and exiting;
 - ``in-server atomic`` / ``in-server upstream`` — the Patcher backend inside a
   running server: ``plan()`` (what the gateway checks) plus ``apply()``, through
   the FileSystem backend, journal included for atomic mode, until the answer; the
@@ -26,8 +31,8 @@ Contenders:
 - ``raw rewrites (floor)`` — plain Python reading every target and rewriting it in
   place with the expected result: the cost of the I/O alone.
 
-``--processes`` times only the whole processes (``codex``, ``helper`` and the
-interpreter's floor): more runs in the same time, for the helper's ratio.
+``--processes`` times only the whole processes (``codex``, ``helper``, ``command`` and
+the interpreter's floors): more runs in the same time, for the helper's ratio.
 
 ``--before DIR`` adds ``helper before``: the helper of another checkout of CodeSpace in
 ``DIR`` (e.g. ``git archive REV | tar -x -C DIR``), its own core and plugins, started the
@@ -109,6 +114,8 @@ def many_files_case() -> tuple[dict[str, str], str]:
 
 IDLE_S = 0.05
 PYTHON_FLOOR = [sys.executable, "-I", "-S", "-c", "pass"]
+SITE_FLOOR = [sys.executable, "-c", "pass"]
+INSTALLED_COMMAND = Path(sys.executable).with_name("codespace-apply-patch")
 
 
 def reset(root: Path, files: dict[str, str]) -> None:
@@ -263,6 +270,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--backend", choices=["auto", "test", "real"], default="auto")
     parser.add_argument("--processes", action="store_true", help="time only codex, the helper and python's floor")
     parser.add_argument("--before", metavar="DIR", help="also time the helper of the CodeSpace checkout in DIR")
+    parser.add_argument("--command", default=str(INSTALLED_COMMAND),
+                        help="the installed codespace-apply-patch to time as 'command' (default: beside this "
+                             "interpreter; e.g. one in a venv of wheels)")
     parser.add_argument("--startup", action="store_true", help="time the helper's start-up stage by stage, only")
     return parser.parse_args()
 
@@ -301,6 +311,13 @@ def main() -> int:
     helper_cmd = helper_argv(backend)
     before_cmd = _other_checkout(helper_cmd, Path(args.before)) if args.before else None
     h_env = helper_env(str(base / "helper-state"), str(home), backend)
+    command_env = None  # the installed command finds the installed plugins: only over codespace-fs
+    command = Path(args.command)
+    if backend == "real":
+        if not command.exists():
+            raise SystemExit(f"patch_bench: {command} is missing: install codespace-patch in this environment")
+        command_env = {k: v for k, v in h_env.items() if k != "CODESPACE_PLUGINS_ALLOW"}
+    site_floor = [str(command.with_name("python")), "-c", "pass"] if command.with_name("python").exists() else SITE_FLOOR
     print(f"patch_bench: {args.runs} interleaved runs, medians in ms; FileSystem backend: "
           f"{'codespace-fs' if backend == 'real' else 'tests/plugins patch_testfs (plain os calls)'}; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
@@ -314,8 +331,9 @@ def main() -> int:
     async def run_case(name: str, files: dict[str, str], patch: str) -> None:
         root = base / "ws"
         times: dict[str, list[float]] = {k: [] for k in
-                                         ("codex", "helper", "helper before", "python -I -S (floor)", "in-server atomic",
-                                          "in-server upstream", "mcp call", "raw rewrites (floor)")}
+                                         ("codex", "helper", "helper before", "python -I -S (floor)", "command",
+                                          "python (floor)", "in-server atomic", "in-server upstream", "mcp call",
+                                          "raw rewrites (floor)")}
         CPU.clear()
         reset(root, files)
         timed_process([str(codex), "--codex-run-as-apply-patch", patch], root, codex_env)
@@ -340,6 +358,11 @@ def main() -> int:
                     times["helper before"].append(timed_process([*before_cmd, patch], root, h_env, "helper before"))
                     expect(root, want)
                 times["python -I -S (floor)"].append(timed_process(PYTHON_FLOOR, root, h_env, "python -I -S (floor)"))
+                if command_env is not None:
+                    reset(root, files)
+                    times["command"].append(timed_process([str(command), patch], root, command_env, "command"))
+                    expect(root, want)
+                    times["python (floor)"].append(timed_process(site_floor, root, command_env, "python (floor)"))
                 if args.processes:
                     continue
                 for mode in ("atomic", "upstream"):
