@@ -10,6 +10,10 @@ round by round; medians are reported with the ratio against the reference server
   tool listing kept from an earlier start (the state every start after the first is in);
 - ``codespace-cold``: the same with ``CODESPACE_LISTING_CACHE=0`` (the listing built at
   start: the first start after an install or a policy change), for information;
+- ``codespace-policy-edited``: ``codespace serve`` on a workspace whose policy file is
+  rewritten before every start (a new comment line: other bytes, the same plugins), so the
+  listing kept under the policy's bytes never matches and the start finds the one kept under
+  its ``[plugins]`` table: a start after an edit of the policy outside ``[plugins]``;
 - ``codespace-sdk``: the same with ``CODESPACE_DIRECT_CALLS=0`` too (every request through the
   SDK's server: how a first start answered ``tools/list`` before 2026-12-02), for information;
 - ``reference``: ``@modelcontextprotocol/server-filesystem`` under node.
@@ -93,8 +97,20 @@ def main() -> int:
     Path(ws, "a.txt").write_text("hello\n")
     base = {**os.environ, "XDG_STATE_HOME": xdg}
     serve = [sys.executable, "-m", "codespace", "serve", "--workspace", ws, "--state-dir", state]
+    edited_ws = os.path.realpath(tempfile.mkdtemp(prefix="cs-ready-edited-"))
+    policy = Path(edited_ws, ".codespace", "policy.toml")
+    policy.parent.mkdir()
+    edits = iter(range(1, 1_000_000))
+
+    def edit_policy() -> None:
+        policy.write_text(f"# edit {next(edits)}\n[limits]\nmax_read_bytes = 65536\n")
+
+    edit_policy()
+    edited = [sys.executable, "-m", "codespace", "serve", "--workspace", edited_ws, "--state-dir", state + "-edited"]
+    before = {"codespace-policy-edited": edit_policy}
     contenders = {
         "codespace": (serve, base),
+        "codespace-policy-edited": (edited, base),
         "codespace-cold": (serve, {**base, "CODESPACE_LISTING_CACHE": "0"}),
         # Every request through the SDK's server: the road a first start's tools/list took before
         # the front built the listing itself (2026-12-02).
@@ -103,21 +119,25 @@ def main() -> int:
     }
     try:
         ready_ms("warm-up", serve, base)  # the first start keeps the listing, as any first start does
+        ready_ms("warm-up", edited, base)
         times: dict[str, list[float]] = {name: [] for name in contenders}
         for _ in range(args.rounds):
             for name, (cmd, env) in contenders.items():
+                before.get(name, lambda: None)()
                 times[name].append(ready_ms(name, cmd, env))
     except ContenderFailed as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
         return 1
     finally:
-        for path in (ws, state, xdg):
+        for path in (ws, state, xdg, edited_ws, state + "-edited"):
             shutil.rmtree(path, ignore_errors=True)
     medians = {name: round(statistics.median(values), 1) for name, values in times.items()}
     report = {
         "median_ready_ms": medians,
         "min_ready_ms": {name: round(min(values), 1) for name, values in times.items()},
         "ratio_codespace_vs_reference": round(medians["codespace"] / medians["reference"], 3),
+        "ratio_codespace_policy_edited_vs_reference":
+            round(medians["codespace-policy-edited"] / medians["reference"], 3),
         "ratio_codespace_cold_vs_reference": round(medians["codespace-cold"] / medians["reference"], 3),
         "ratio_codespace_sdk_vs_reference": round(medians["codespace-sdk"] / medians["reference"], 3),
         "rounds": args.rounds,

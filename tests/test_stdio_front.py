@@ -294,18 +294,50 @@ def test_a_changed_policy_is_not_served_a_stale_listing(tmp_path):
     assert "tally" not in [t["name"] for t in after["result"]["tools"]]
 
 
+def test_a_policy_edited_outside_its_plugins_table_starts_warm(tmp_path):
+    """The listing depends on the policy only through which plugins load (tests/test_listing_keys.py):
+    an edit elsewhere in the policy is answered from the kept listing, without building it; an edit
+    of ``[plugins]`` is not."""
+    shared = tmp_path / "xdg"
+    session = [INIT, INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    policy = tmp_path / "ws-edit" / ".codespace" / "policy.toml"
+    policy.parent.mkdir(parents=True)
+    policy.write_text('[limits]\nmax_read_bytes = 65536\n')
+    here = tmp_path / "cwd"
+    here.mkdir()
+    first = serve_lines(tmp_path, "edit", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
+    assert re.search(rb"\| +mcp_types\b", first.stderr)
+    policy.write_text('[limits]\nmax_read_bytes = 8192\n\n[commands]\ndefault = "deny"\n')
+    edited = serve_lines(tmp_path, "edit", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
+    assert replies(edited)[2] == replies(first)[2]
+    assert not re.search(rb"\| +mcp_types\b", edited.stderr), "an edit outside [plugins] should have started warm"
+    policy.write_text('[limits]\nmax_read_bytes = 8192\n\n[plugins]\nblock = ["example"]\n')
+    blocked = serve_lines(tmp_path, "edit", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
+    assert re.search(rb"\| +mcp_types\b", blocked.stderr), "an edit of [plugins] must build its own listing"
+    assert "tally" not in [t["name"] for t in json.loads(replies(blocked)[2])["result"]["tools"]]
+    policy.write_text('[limits]\nmax_read_bytes = "not TOML\n')  # not TOML: no second key; the App says why
+    broken = serve_lines(tmp_path, "edit", session, state_home=shared)
+    assert broken.returncode != 0 and b"policy" in broken.stderr and 2 not in replies_allowing_exit(broken)
+
+
+def replies_allowing_exit(done: subprocess.CompletedProcess) -> dict:
+    return {json.loads(raw).get("id"): raw for raw in done.stdout.splitlines()}
+
+
 def test_a_planted_listing_with_other_tools_is_dropped(tmp_path):
     """If the kept listing disagrees with the registry (it names other tools), the server
     drops it once the App is built, and the next start builds it again."""
     shared = tmp_path / "xdg"
     session = [INIT, INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
     first = replies(serve_lines(tmp_path, "plant", session, state_home=shared))[2]
-    (kept,) = (shared / "codespace" / "listings").glob("*.json")
-    record = json.loads(kept.read_text())
-    record["names"] = ["not_a_tool"]
-    kept.write_text(json.dumps(record))
+    kept = list((shared / "codespace" / "listings").glob("*.json"))
+    assert len(kept) == 2  # under the policy's bytes and under its [plugins] table
+    for copy in kept:
+        record = json.loads(copy.read_text())
+        record["names"] = ["not_a_tool"]
+        copy.write_text(json.dumps(record))
     serve_lines(tmp_path, "plant", session, state_home=shared)
-    assert not kept.exists()
+    assert not any(copy.exists() for copy in kept)
     assert replies(serve_lines(tmp_path, "plant", session, state_home=shared))[2] == first
 
 

@@ -6,7 +6,11 @@ first model request. The answer the SDK produced is kept in the CodeSpace state
 root (which the default policy hides from every workspace, so an agent cannot plant
 a listing), keyed by everything that chose it: the interpreter and its import path, the
 policy file's bytes and the CODESPACE_* environment (so a new workspace with the
-same policy starts warm). Alongside it go the size
+same policy starts warm). A second copy is kept under the policy's ``[plugins]`` table
+in place of its bytes: the listing depends on the policy only through which plugins
+load (``tests/test_listing_keys.py`` varies every other section), so a start after
+an edit elsewhere in the policy finds it too, at the cost of reading the policy with
+tomllib (only when the first key finds nothing). Alongside it go the size
 and modification time of every non-standard-library module the building process
 had loaded, and of every site directory on ``sys.path`` (installing or removing a
 plugin changes it): one changed file and the copy is not used.
@@ -22,6 +26,7 @@ import json
 import logging
 import os
 import sys
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -39,22 +44,36 @@ def state_root() -> Path:
     return Path(base) / "codespace"
 
 
-def _key(workspace: str | None, policy: str | None) -> str:
-    # Not the workspace or the state directory: the listing does not depend on them (tested), and
-    # keying on them made every new workspace a cold start. The policy enters by its bytes only.
+def _policy_bytes(workspace: str | None, policy: str | None) -> bytes:
     root = os.path.realpath(workspace or os.getcwd())
     policy_path = policy or os.path.join(root, ".codespace", "policy.toml")
     try:
         with open(policy_path, "rb") as f:
-            policy_bytes = f.read()
+            return f.read()
     except OSError:
-        policy_bytes = b""
+        return b""
+
+
+def _key(policy_bytes: bytes, *, by_plugins: bool = False) -> str | None:
+    """The listing's key: the policy by its bytes, or (``by_plugins``) by its ``[plugins]``
+    table alone (None when the file is not TOML: only the App can say what is wrong with it).
+    Not the workspace or the state directory: the listing does not depend on them (tested),
+    and keying on them made every new workspace a cold start."""
+    if by_plugins:
+        import tomllib
+
+        try:
+            policy_part: object = {"plugins": tomllib.loads(policy_bytes.decode("utf-8")).get("plugins")}
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return None
+    else:
+        policy_part = {"policy_sha256": hashlib.sha256(policy_bytes).hexdigest()}
     parts = {
         "format": FORMAT, "version": __version__, "python": sys.executable, "path": sys.path,
-        "policy_sha256": hashlib.sha256(policy_bytes).hexdigest(), "uid": os.geteuid(),
+        "policy": policy_part, "uid": os.geteuid(),
         "env": sorted((k, v) for k, v in os.environ.items() if k.startswith("CODESPACE_")),
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _stamp(path: str) -> list[int] | None:
@@ -92,18 +111,40 @@ def _holds_distributions(directory: str) -> bool:
 
 class ListingCache:
     def __init__(self, workspace: str | None, policy: str | None) -> None:
-        self.path = state_root() / "listings" / f"{_key(workspace, policy)}.json"
+        self._policy = _policy_bytes(workspace, policy)
+        self.path = self._path(_key(self._policy))
+
+    @staticmethod
+    def _path(key: str) -> Path:
+        return state_root() / "listings" / f"{key}.json"
+
+    @cached_property
+    def by_plugins(self) -> Path | None:
+        """Where the copy keyed by the policy's ``[plugins]`` table lives (None: not TOML)."""
+        key = _key(self._policy, by_plugins=True)
+        return None if key is None else self._path(key)
 
     def load(self) -> tuple[bytes, list[str]] | None:
-        """The cached ``result`` bytes of a plain ``tools/list`` and the tool names, if still valid."""
+        """The cached ``result`` bytes of a plain ``tools/list`` and the tool names, if still valid:
+        the copy for these policy bytes, else the one for the same ``[plugins]`` table."""
+        found = self._load(self.path)
+        if found is None:
+            other = self.by_plugins
+            found = self._load(other) if other is not None else None
+            if found is not None:
+                log.info("tool listing cache: the policy changed, not which plugins load; kept listing used")
+        return found
+
+    @staticmethod
+    def _load(path: Path) -> tuple[bytes, list[str]] | None:
         try:
-            with open(self.path, "rb") as f:
+            with open(path, "rb") as f:
                 saved = json.loads(f.read())
             if saved.get("format") != FORMAT:
                 return None
-            for path, stamp in saved["inputs"].items():
-                if _stamp(path) != stamp:
-                    log.info("tool listing cache: %s changed; rebuilding the listing", path)
+            for source, stamp in saved["inputs"].items():
+                if _stamp(source) != stamp:
+                    log.info("tool listing cache: %s changed; rebuilding the listing", source)
                     return None
             return saved["result"].encode("utf-8"), list(saved["names"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -115,11 +156,12 @@ class ListingCache:
             names = sorted(tool["name"] for tool in json.loads(result)["tools"])
             record = {"format": FORMAT, "result": result.decode("utf-8"), "names": names, "inputs": _inputs()}
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(record, f)
-            os.replace(tmp, self.path)
+            for path in filter(None, {self.path, self.by_plugins}):
+                tmp = path.with_name(f".{path.name}.{os.getpid()}")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    json.dump(record, f)
+                os.replace(tmp, path)
             self._prune()
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             log.info("tool listing cache not written (%s): the next start builds the listing again", exc)
@@ -136,10 +178,11 @@ class ListingCache:
             self.drop()
 
     def drop(self) -> None:
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+        for path in filter(None, {self.path, self.by_plugins}):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def listed_names(result: bytes) -> list[str]:
