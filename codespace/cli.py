@@ -57,8 +57,8 @@ def _parser() -> argparse.ArgumentParser:
         if name == "pins":
             _pins_check_parser(p)
 
-    prepare = sub.add_parser("prepare", help="make the next start answer tools/list at once (after an install "
-                                          "or a policy change)")
+    prepare = sub.add_parser("prepare", help="make the next start answer tools/list at once (after an install, "
+                                          "a plugin change or an edit of the policy's [plugins])")
     _workspace_options(prepare)
     sub.add_parser("worker", help="the hardened worker (codespace-runtime): start, stop, status, serve",
                    add_help=False, prefix_chars="\0").add_argument("worker_args", nargs=argparse.REMAINDER)

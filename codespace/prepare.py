@@ -1,7 +1,7 @@
 """``codespace prepare``: make the next start answer ``tools/list`` at once.
 
-A start without a kept tool listing (the first after an install, a plugin change or a
-policy change) builds the App and asks the SDK for the listing: over a second, which
+A start without a kept tool listing (the first after an install, a plugin change or an
+edit of the policy's [plugins] table) builds the App and the listing: over a second, which
 a client's start-up timeout or its first model request may not wait for. ``prepare``
 runs that start now, as a real ``codespace serve`` over stdio started the way the
 caller was started (the listing is keyed by the interpreter and its import path), and
