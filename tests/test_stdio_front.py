@@ -22,6 +22,8 @@ from .conftest import codespace_cmd, subprocess_env
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+# In `python -X importtime` output: the module that writes a listing, imported only by a start that builds one.
+BUILT_LISTING = rb"\| +codespace\.transports\.tool_wire\b"
 ENVELOPE = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
             "io.modelcontextprotocol/clientCapabilities": {}}
@@ -271,8 +273,9 @@ def test_a_warm_start_answers_without_importing_the_sdk(tmp_path):
     here = tmp_path / "cwd"  # python -m puts the current directory on sys.path; agents write there
     here.mkdir()
     cold = serve_lines(tmp_path, "imports", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
-    # A cold start builds the listing with the protocol's types, not the SDK's server.
-    assert re.search(rb"\| +mcp_types\b", cold.stderr), "the cold start should have built the listing"
+    # A cold start builds the listing itself (tool_wire), with neither the SDK's server nor its models.
+    assert re.search(BUILT_LISTING, cold.stderr), "the cold start should have built the listing"
+    assert not re.search(rb"\| +mcp_types\b", cold.stderr), "the cold start imported the SDK's protocol models"
     assert not re.search(rb"\| +(mcp|starlette|uvicorn)(\.|\n)", cold.stderr), "the cold start imported the SDK"
     (here / "notes.txt").write_text("a file the agent wrote\n")
     warm = serve_lines(tmp_path, "imports", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
@@ -306,14 +309,14 @@ def test_a_policy_edited_outside_its_plugins_table_starts_warm(tmp_path):
     here = tmp_path / "cwd"
     here.mkdir()
     first = serve_lines(tmp_path, "edit", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
-    assert re.search(rb"\| +mcp_types\b", first.stderr)
+    assert re.search(BUILT_LISTING, first.stderr)
     policy.write_text('[limits]\nmax_read_bytes = 8192\n\n[commands]\ndefault = "deny"\n')
     edited = serve_lines(tmp_path, "edit", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
     assert replies(edited)[2] == replies(first)[2]
-    assert not re.search(rb"\| +mcp_types\b", edited.stderr), "an edit outside [plugins] should have started warm"
+    assert not re.search(BUILT_LISTING, edited.stderr), "an edit outside [plugins] should have started warm"
     policy.write_text('[limits]\nmax_read_bytes = 8192\n\n[plugins]\nblock = ["example"]\n')
     blocked = serve_lines(tmp_path, "edit", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
-    assert re.search(rb"\| +mcp_types\b", blocked.stderr), "an edit of [plugins] must build its own listing"
+    assert re.search(BUILT_LISTING, blocked.stderr), "an edit of [plugins] must build its own listing"
     assert "tally" not in [t["name"] for t in json.loads(replies(blocked)[2])["result"]["tools"]]
     policy.write_text('[limits]\nmax_read_bytes = "not TOML\n')  # not TOML: no second key; the App says why
     broken = serve_lines(tmp_path, "edit", session, state_home=shared)
@@ -350,15 +353,15 @@ def test_a_new_workspace_with_the_same_policy_starts_warm(tmp_path):
     here = tmp_path / "cwd"
     here.mkdir()
     first = serve_lines(tmp_path, "one", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
-    assert re.search(rb"\| +mcp_types\b", first.stderr)
+    assert re.search(BUILT_LISTING, first.stderr)
     other = serve_lines(tmp_path, "two", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
     assert replies(other)[2] == replies(first)[2]
-    assert not re.search(rb"\| +mcp_types\b", other.stderr), "a new workspace should have started warm"
+    assert not re.search(BUILT_LISTING, other.stderr), "a new workspace should have started warm"
     own = tmp_path / "ws-three" / ".codespace"
     own.mkdir(parents=True)
     (own / "policy.toml").write_text('[plugins]\nblock = ["example"]\n')
     third = serve_lines(tmp_path, "three", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
-    assert re.search(rb"\| +mcp_types\b", third.stderr), "a workspace with its own policy must not reuse the listing"
+    assert re.search(BUILT_LISTING, third.stderr), "a workspace with its own policy must not reuse the listing"
     assert "tally" not in [t["name"] for t in json.loads(replies(third)[2])["result"]["tools"]]
 
 
@@ -379,4 +382,4 @@ def test_prepare_makes_the_first_start_warm(tmp_path):
     session = [INIT, INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
     first = serve_lines(tmp_path, "prepared", session, state_home=shared, python_flags=("-X", "importtime"), cwd=here)
     assert "tally" in [t["name"] for t in json.loads(replies(first)[2])["result"]["tools"]]
-    assert not re.search(rb"\| +mcp_types\b", first.stderr), "the prepared start should have been warm"
+    assert not re.search(BUILT_LISTING, first.stderr), "the prepared start should have been warm"

@@ -1,4 +1,4 @@
-"""A start without a kept listing builds the ``tools/list`` answer itself (protocol types, not
+"""A start without a kept listing builds the ``tools/list`` answer itself (codespace.transports.tool_wire, not
 the SDK's server): for every classic protocol version a client may negotiate, the bytes are the
 SDK's, and nothing of the SDK's server is imported."""
 

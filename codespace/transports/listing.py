@@ -192,10 +192,18 @@ def listed_names(result: bytes) -> list[str]:
 
 def build_result(registry: Any, version: str) -> bytes:
     """The ``result`` of a plain ``tools/list`` on a connection of ``version`` (a classic era),
-    as the SDK's server writes it: the same protocol models, dump and per-version sieve, without
-    the server half of the SDK, whose imports (starlette, uvicorn, the dispatcher) are most of a
-    first start (benchmarks/README.md, "Server ready"). tests/test_stdio_front.py compares the
-    bytes with the SDK's."""
+    as the SDK's server writes it, without the server half of the SDK, whose imports (starlette,
+    uvicorn, the dispatcher) are most of a first start (benchmarks/README.md, "Server ready"),
+    and without its protocol models where :mod:`.tool_wire` can write the same bytes.
+    tests/test_stdio_front.py and tests/test_tool_wire.py compare the bytes with the SDK's."""
+    from .tool_wire import listing_result
+
+    result = listing_result(list(registry), version)
+    return result if result is not None else sdk_result(registry, version)
+
+
+def sdk_result(registry: Any, version: str) -> bytes:
+    """The same through the SDK's protocol models, their dump and their per-version sieve."""
     import mcp_types as types
     from mcp_types import methods
     from pydantic_core import to_json
