@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 
 from . import reaper
+from .app_parts import load_tools
 from .backends import Backends
 from .contract import ToolError
 from .gateway import Gateway
@@ -55,10 +56,11 @@ class App:
         state_dir: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> App:
-        ws = Workspace.open(workspace, policy_path=policy, state_dir=state_dir)
-        plugins = Plugins.load(allow=ws.policy.plugins.allow, block=ws.policy.plugins.block, env=env)
-        registry = ToolRegistry()
-        plugins.register_tools(registry)
+        return cls.assemble(*load_tools(workspace, policy=policy, state_dir=state_dir, env=env))
+
+    @classmethod
+    def assemble(cls, ws: Workspace, plugins: Plugins, registry: ToolRegistry) -> App:
+        """The rest of the App around the parts :func:`codespace.app_parts.load_tools` made."""
         store = SQLiteStore(
             ws.state_dir / STORE_FILE,
             max_records=ws.policy.store.max_records,

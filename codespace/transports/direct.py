@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from ..app import App
+    from ..tooling import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ class DirectToolCalls:
     def __init__(self, app_ready: anyio.Event, transport: str = "stdio") -> None:
         self.app: App | None = None  # set once built; calls wait for ``app_ready``
         self._app_ready = app_ready
+        self.registry: ToolRegistry | None = None  # set before the App is (:meth:`tools_known`)
+        self._tools_known = anyio.Event()
+        self._classic: bytes | None = None
         self._transport = transport
         self._legacy_version: str | None = None
         self._pending_init: tuple[str, str | None] | None = None  # (negotiated version, client name)
@@ -114,21 +118,34 @@ class DirectToolCalls:
         self._spawn(self._call, request_id, name, arguments, meta.get("progressToken"), modern, client, self.send)
         return True
 
+    def tools_known(self, registry: ToolRegistry, classic: bytes | None) -> None:
+        """Every tool is registered: enough for ``tools/list``, which need not wait for the rest
+        of the App (the store, recovery, services) as calls do. ``classic``: the listing for
+        the classic versions, when it was written already."""
+        self.registry = registry
+        self._classic = classic
+        self._tools_known.set()
+
     def list_tools(self, request_id: Any, version: str, keep: Callable[[bytes], None]) -> None:
-        """Answer a plain ``tools/list`` once the App is built (a start without a kept listing);
-        ``keep`` gets the result's bytes for the next start."""
+        """Answer a plain ``tools/list`` once every tool is registered, before the rest of the App
+        is built (a start without a kept listing); ``keep`` gets the result's bytes for the next
+        start."""
         self.in_flight += 1
         self._spawn(self._listing, request_id, version, keep)
 
     async def _listing(self, request_id: Any, version: str, keep: Callable[[bytes], None]) -> None:
         from .listing import build_result
+        from .tool_wire import CLASSIC_VERSIONS
 
         assert self.send is not None
         try:
-            if not self._app_ready.is_set():
-                await self._app_ready.wait()
-            assert self.app is not None
-            result = await anyio.to_thread.run_sync(build_result, self.app.registry, version)
+            if not self._tools_known.is_set():
+                await self._tools_known.wait()
+            assert self.registry is not None
+            if self._classic is not None and version in CLASSIC_VERSIONS:
+                result = self._classic
+            else:
+                result = await anyio.to_thread.run_sync(build_result, self.registry, version)
         except Exception:
             log.exception("tools/list failed")
             await self.send(encode({"jsonrpc": "2.0", "id": request_id,

@@ -114,6 +114,10 @@ class Front:
         self.direct.list_tools(request_id, self.negotiated, self._keep)
         return None
 
+    def listing_wanted(self) -> bool:
+        """No kept listing: the first ``tools/list`` waits for one to be written."""
+        return self._cached is None
+
     def _keep(self, result: bytes) -> None:
         if self.listing is not None:
             self.listing.save(result)

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 
 log = logging.getLogger(__name__)
@@ -57,9 +58,21 @@ async def _serve(workspace: str | None, policy: str | None, state_dir: str | Non
         return build_server(built["app"], transport="stdio", run_app=False)
 
     def build_app() -> Any:
+        from ..app_parts import load_tools
+
+        parts = load_tools(workspace, policy=policy, state_dir=state_dir)
+        if direct is not None:
+            classic = None
+            if front.listing_wanted():
+                # Written here, before the rest of the App is built: on another thread the two
+                # would share the interpreter's lock, and the client waits for this one.
+                from .tool_wire import classic_listing
+
+                classic = classic_listing(list(parts[2]))
+            anyio.from_thread.run_sync(direct.tools_known, parts[2], classic)
         from ..app import App
 
-        return App.build(workspace, policy=policy, state_dir=state_dir)
+        return App.assemble(*parts)
 
     bridge = SdkBridge(None, ready, sdk_server, split_eras=fast)  # type: ignore[arg-type]
     cached = fast and os.environ.get(ENV_LISTING_CACHE, "1") != "0"
@@ -70,7 +83,7 @@ async def _serve(workspace: str | None, policy: str | None, state_dir: str | Non
             app = await anyio.to_thread.run_sync(build_app, abandon_on_cancel=True)
             built["app"] = app
             if direct is not None:
-                direct.app = app
+                direct.app = app  # calls wait for ``ready``
             front.check_listing([tool.name for tool in app.registry])
             # The process exits right after the shutdown: what only tidies the disk need not delay it.
             app.processes.detach_cleanups = True

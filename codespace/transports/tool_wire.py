@@ -60,11 +60,10 @@ def tool_entry(tool: Any) -> dict[str, Any] | None:
                     TOOL_FIELDS, keep_others=False)
 
 
-def listing_result(tools: list[Any], version: str) -> bytes | None:
-    """The ``result`` of a plain ``tools/list`` on a connection of a classic ``version``, or None
-    when only the SDK's models can tell (another version, a tool they would refuse)."""
-    if version not in CLASSIC_VERSIONS:
-        return None
+def classic_listing(tools: list[Any]) -> bytes | None:
+    """The ``result`` of a plain ``tools/list`` on a connection of any classic version (they
+    share the wire models), or None when only the SDK's models can tell (a tool they would
+    refuse)."""
     entries = []
     for tool in sorted(tools, key=lambda t: t.name):
         entry = tool_entry(tool)
@@ -72,3 +71,8 @@ def listing_result(tools: list[Any], version: str) -> bytes | None:
             return None
         entries.append(entry)
     return json.dumps({"tools": entries}, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def listing_result(tools: list[Any], version: str) -> bytes | None:
+    """The same for ``version``: None for a version that is not classic, too."""
+    return classic_listing(tools) if version in CLASSIC_VERSIONS else None
