@@ -46,22 +46,35 @@ def _real_children(contexts: dict, parents: set[str]) -> set[str]:
 
 
 def _without(entries: list, gone: re.Pattern, relist: set[str], rewalk: set[str], contexts: dict,
-             keep_below: set[str]) -> list:
-    """``entries`` but those ``gone`` matches. Only the entries a prefix test (in C, over all of
-    them) can place below a directory read again are tried against the pattern."""
-    paths = list(map(itemgetter(0), entries))
+             keep_below: set[str], buffer) -> tuple[list, list[int]]:  # noqa: ANN001 - prefilter.Buffer
+    """``entries`` but those ``gone`` matches, and the indices of those (ascending). Only the
+    entries that may lie below a directory read again are tried against the pattern: those the
+    ranking's ``buffer`` of these entries finds (one pattern search in C), else those a prefix
+    test (in C too, but a call per entry) places there."""
     starts = [r + "/" for r in relist | rewalk if r]
     if "" in relist:  # the root's direct entries hold no '/'; below its children, only links entered go
         starts += [k + "/" for k in contexts if k and "/" not in k and k not in keep_below]
+    if buffer is not None and "" not in relist and starts:
+        maybe = buffer.starting(starts)
+    else:
+        maybe = _starting(entries, starts, "" in relist)
+    removed = [n for n in maybe if gone.fullmatch(entries[n][0])]
+    kept, at = [], 0
+    for n in removed:
+        kept += entries[at:n]
+        at = n + 1
+    kept += entries[at:]
+    return kept, removed
+
+
+def _starting(entries: list, starts: list[str], root: bool) -> list[int]:
+    """Indices of the entries whose path starts with one of ``starts`` (or, with ``root``, holds no '/')."""
+    paths = list(map(itemgetter(0), entries))
     maybe = list(map(methodcaller("startswith", tuple(starts)), paths)) if starts else [False] * len(paths)
-    if "" in relist:
+    if root:
         maybe = list(map(or_, maybe, map(not_, map(contains, paths, repeat("/")))))
         maybe[0] = False  # the root's own entry
-    keep = [True] * len(paths)
-    for n in compress(range(len(paths)), maybe):
-        if gone.fullmatch(paths[n]):
-            keep[n] = False
-    return list(compress(entries, keep))
+    return list(compress(range(len(paths)), maybe))
 
 
 def _reached(rel: str, relist: set[str], keep_below: set[str]) -> bool:
@@ -115,7 +128,9 @@ def repair(walked: Walked, relist: set[str], rewalk: set[str], root: str, rules,
         kept = "|".join(re.escape(k.rpartition("/")[2]) + "/" for k in keep_below if k.rpartition("/")[0] == r)
         drop.append(f"{_below(r)}(?!{kept or '(?!)'})[^/]+/.*")
     gone = re.compile("|".join(f"(?:{d})" for d in drop), re.DOTALL)
-    entries = _without(walked.entries, gone, relist, rewalk, contexts, keep_below)
+    buffer = walked.memo.get("buffer")
+    entries, removed = _without(walked.entries, gone, relist, rewalk, contexts, keep_below, buffer)
+    start = len(entries)
     new_contexts = {rel: c for rel, c in contexts.items() if rel in keep_below or rel in relist or rel in rewalk
                     or not gone.fullmatch(rel)}
     for rel in set(contexts) - set(new_contexts):
@@ -131,6 +146,9 @@ def repair(walked: Walked, relist: set[str], rewalk: set[str], root: str, rules,
     out.dirs = len(out.contexts)
     if len(out.entries) > bounds.entries or out.dirs > bounds.dirs:
         return None
+    if buffer is not None and out.entries is entries:
+        # Only dropped from in place and appended to: the ranking's buffer can be mended alike.
+        out.memo["mended_from"] = (buffer, removed, start)
     return out
 
 

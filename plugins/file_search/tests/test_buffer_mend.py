@@ -1,0 +1,132 @@
+"""The ranking's buffer mended where the walk was mended (entries dropped in place, new ones
+appended) answers exactly what a buffer built afresh on the same entries answers: each pattern,
+the entries it does not hold, the blank-edged ones, the prefix search the mend itself uses; and
+rank() on a mended walk of a real tree, changed on disk and heard through inotify, equals rank()
+on a fresh walk."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import pytest
+
+from codespace_file_search import query as q
+from codespace_file_search.prefilter import NAME, NAME_FUZZY, Buffer
+from codespace_file_search.ranking import rank
+from codespace_file_search.walk import walk
+from codespace_file_search.walk_index import WalkIndex
+
+PARTS = ["main", "Main", "ma", "in", "rs", ".rs", "_", "a", "src", "SRC", " ", "\t", "\n", "é", "Ü", "m", "1", "/"]
+NEEDLES = ["main", "ma", "rs", "src", "m", "a", "in", " ", "1", "é", "src/m", "a/"]
+KINDS = [q.FUZZY, q.SUBSTRING, q.PREFIX, q.POSTFIX, q.EXACT, NAME, NAME_FUZZY]
+QUERIES = ["main", "rs$", "^ma", "'src", "m", "ma in", "main !src", "é", "^ src", "a"]
+
+
+def _entry(rng: random.Random) -> tuple[str, str, bool]:
+    path = "".join(rng.choice(PARTS) for _ in range(rng.randint(1, 4))).strip("/") or "x"
+    return path, path.rpartition("/")[2], rng.random() < 0.3
+
+
+def _same(mended: Buffer, fresh: Buffer) -> None:
+    assert mended.size == fresh.size
+    assert mended.other == fresh.other and mended.other_set == fresh.other_set
+    assert mended.ascii_lines() == fresh.ascii_lines()
+    assert mended.blank_edged() == fresh.blank_edged()
+    for kind in KINDS:
+        for needle in NEEDLES:
+            assert mended.matching(kind, needle) == fresh.matching(kind, needle), (kind, needle)
+    for prefixes in (["src/"], ["SRC/", "main/"], ["é/"], ["ma"]):
+        assert mended.starting(prefixes) == fresh.starting(prefixes)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_mended_buffer_is_a_fresh_one(seed):
+    rng = random.Random(seed)
+    block = rng.choice([1, 2, 3, 7, 16])
+    entries = [_entry(rng) for _ in range(rng.randint(0, 120))]
+    buffer = Buffer(entries, block)
+    for _ in range(5):  # mends upon mends, as a session's changes come
+        removed = sorted(rng.sample(range(len(entries)), rng.randint(0, min(len(entries), 12))))
+        if rng.random() < 0.2:
+            removed = list(range(len(entries)))  # everything goes
+        gone = set(removed)
+        kept = [e for n, e in enumerate(entries) if n not in gone]
+        entries = kept + [_entry(rng) for _ in range(rng.randint(0, 3 * block + 2))]
+        buffer = buffer.mended(entries, removed, len(kept))
+        _same(buffer, Buffer(entries, block))
+        for text in QUERIES:
+            query = q.parse(text)
+            memo = {"mended_from": (Buffer(kept, block), [], len(kept))}
+            assert rank(query, entries, memo=memo) == rank(query, entries), text
+
+
+def test_a_mend_that_does_not_add_up_builds_afresh():
+    entries = [(f"d/f{n}", f"f{n}", False) for n in range(10)]
+    buffer = Buffer(entries, 4)
+    wrong = buffer.mended(entries[:8], [1], 9)  # 10 - 1 kept is 9, but only 8 entries are given
+    _same(wrong, Buffer(entries[:8], 4))
+
+
+def _tree(base) -> str:  # noqa: ANN001
+    """Over two buffer blocks of entries, with names that differ only in case and non-ASCII ones."""
+    root = base / "root"
+    for d in range(50):
+        here = root / ("Src" if d % 10 == 0 else "src") / f"m{d}" if d % 2 else root / f"main{d}"
+        here.mkdir(parents=True, exist_ok=True)
+        for f in range(90):
+            (here / f"main_{d}_{f}.rs").touch()
+    (root / "ünï").mkdir()
+    (root / "ünï" / "mainé.rs").touch()
+    (root / " src ").mkdir()
+    (root / " src " / "main.rs").touch()
+    return os.path.realpath(root)
+
+
+def _changes(root: str, rng: random.Random, made: list) -> None:
+    dirs = sorted(d for d, _, _ in os.walk(root))
+    for _ in range(rng.randint(1, 4)):
+        here = rng.choice(dirs)
+        what = rng.random()
+        if what < 0.4:
+            made.append(os.path.join(here, f"main_new_{len(made)}.rs"))
+            open(made[-1], "w").close()
+        elif what < 0.6:
+            files = sorted(f for f in os.listdir(here) if os.path.isfile(os.path.join(here, f)))
+            if files:
+                os.unlink(os.path.join(here, rng.choice(files)))
+        elif what < 0.8:
+            os.makedirs(os.path.join(here, f"Main_dir_{len(made)}", "src"), exist_ok=True)
+            made.append(os.path.join(here, f"Main_dir_{len(made)}", "src", "main.rs"))
+            open(made[-1], "w").close()
+        elif here != root:
+            shutil.rmtree(here)
+            return
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ranking_on_a_mended_walk_equals_a_fresh_walk(tmp_path, seed):
+    rng = random.Random(seed)
+    root = _tree(tmp_path)
+    index = WalkIndex()
+    walked, _ = index.walk(root)
+    assert len(walked.entries) > 4096  # more than one block
+    rank(q.parse("main"), walked.entries, memo=walked.memo)  # the buffer a mend starts from
+    made: list = []
+    buffers_mended = 0
+    for _ in range(5):
+        _changes(root, rng, made)
+        walked, from_memory = index.walk(root)
+        assert walked.mended and not from_memory
+        # A kept subdirectory found gone while its parent is listed again drops more entries
+        # after the first cut: the buffer is then built afresh.
+        buffers_mended += "mended_from" in walked.memo
+        fresh = walk(root)
+        assert sorted(walked.entries) == sorted(fresh.entries)
+        for text in QUERIES:
+            query = q.parse(text)
+            assert rank(query, walked.entries, memo=walked.memo) == rank(query, fresh.entries, memo=fresh.memo), text
+        assert "mended_from" not in walked.memo and "buffer" in walked.memo
+    assert buffers_mended >= 1
+    index.clear()
