@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from bisect import bisect_right
 from itertools import compress, repeat
 from operator import contains, itemgetter, methodcaller, not_, or_
 
@@ -137,25 +138,44 @@ def repair(walked: Walked, relist: set[str], rewalk: set[str], root: str, rules,
         watch.forget(rel)
     out = Walked(entries=entries, dirs=walked.dirs, contexts=new_contexts, mended=True)
     read: set[str] = set()
+    cuts: list[list[int]] = []
     for rel in sorted(rewalk | relist):
         if rel not in out.contexts or rel in read:
             continue  # gone with a directory above it, or read again with it
         kept = {k for k in keep_below if k.rpartition("/")[0] == rel and k in out.contexts} if rel in relist else set()
-        if not _mend(out, rel, root, rules, bounds, cancel, watch, kept, read):
+        if not _mend(out, rel, root, rules, bounds, cancel, watch, kept, read, cuts):
             return None
     out.dirs = len(out.contexts)
     if len(out.entries) > bounds.entries or out.dirs > bounds.dirs:
         return None
-    if buffer is not None and out.entries is entries:
+    if buffer is not None:
         # Only dropped from in place and appended to: the ranking's buffer can be mended alike.
-        out.memo["mended_from"] = (buffer, removed, start)
+        out.memo["mended_from"] = (buffer, *_composed(removed, start, cuts))
     return out
 
 
+def _composed(removed: list[int], start: int, cuts: list[list[int]]) -> tuple[list[int], int]:
+    """The old entries' indices dropped, and how many are kept, once ``cuts`` (positions in the
+    mended list, each cut after the one before) are dropped too: a position below ``start`` is
+    a kept old entry, the ``p``-th not in ``removed``; the others were appended."""
+    for cut in cuts:
+        old = []
+        for p in cut:
+            if p >= start:
+                break  # ascending: the rest were appended by this mend
+            at = p  # the least index with p old entries kept before it
+            while (step := p + bisect_right(removed, at)) != at:
+                at = step
+            old.append(at)
+        removed, start = sorted(removed + old), start - len(old)
+    return removed, start
+
+
 def _mend(out: Walked, rel: str, root: str, rules, bounds: Bounds, cancel, watch, skip: set[str],  # noqa: ANN001
-          read: set[str]) -> bool:
+          read: set[str], cuts: list[list[int]]) -> bool:
     """Read ``rel`` again (not descending into ``skip``) into ``out``; ``read`` gets every
-    directory read. False: only a new walk will do."""
+    directory read, ``cuts`` the positions of entries dropped from ``out`` after the fact.
+    False: only a new walk will do."""
     kept = {k: out.contexts[k] for k in skip}
     ancestors = _ancestors(root, rel, out.contexts)
     if ancestors is None:
@@ -175,12 +195,12 @@ def _mend(out: Walked, rel: str, root: str, rules, bounds: Bounds, cancel, watch
     out.entries.extend(part.entries)
     out.contexts.update(part.contexts)
     read.update(part.contexts)
-    return _kept_still_there(out, kept, watch)
+    return _kept_still_there(out, kept, watch, cuts)
 
 
-def _kept_still_there(out: Walked, kept: dict[str, tuple], watch) -> bool:  # noqa: ANN001
-    """Drop what was kept below a subdirectory that is gone; False when one is now another
-    directory (its content was never read)."""
+def _kept_still_there(out: Walked, kept: dict[str, tuple], watch, cuts: list[list[int]]) -> bool:  # noqa: ANN001
+    """Drop what was kept below a subdirectory that is gone (their positions go to ``cuts``);
+    False when one is now another directory (its content was never read)."""
     gone = []
     for rel, context in kept.items():
         real, *_, key = context
@@ -195,7 +215,9 @@ def _kept_still_there(out: Walked, kept: dict[str, tuple], watch) -> bool:  # no
             return False
     if gone:
         pattern = re.compile("|".join(re.escape(rel + "/") + ".+" for rel in gone), re.DOTALL)
-        out.entries = list(compress(out.entries, map(not_, map(pattern.fullmatch, map(itemgetter(0), out.entries)))))
+        hits = list(map(pattern.fullmatch, map(itemgetter(0), out.entries)))
+        cuts.append(list(compress(range(len(hits)), hits)))
+        out.entries = list(compress(out.entries, map(not_, hits)))
         for rel in [r for r in out.contexts if r in gone or pattern.fullmatch(r)]:
             del out.contexts[rel]
             watch.forget(rel)

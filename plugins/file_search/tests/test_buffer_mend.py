@@ -17,6 +17,7 @@ from codespace_file_search.prefilter import NAME, NAME_FUZZY, Buffer
 from codespace_file_search.ranking import rank
 from codespace_file_search.walk import walk
 from codespace_file_search.walk_index import WalkIndex
+from codespace_file_search.walk_repair import _composed
 
 PARTS = ["main", "Main", "ma", "in", "rs", ".rs", "_", "a", "src", "SRC", " ", "\t", "\n", "é", "Ü", "m", "1", "/"]
 NEEDLES = ["main", "ma", "rs", "src", "m", "a", "in", " ", "1", "é", "src/m", "a/"]
@@ -69,14 +70,34 @@ def test_a_mend_that_does_not_add_up_builds_afresh():
     _same(wrong, Buffer(entries[:8], 4))
 
 
+@pytest.mark.parametrize("seed", range(300))
+def test_later_cuts_are_composed_into_the_old_indices(seed):
+    """A mend drops old entries, appends, then may drop more (a kept subdirectory found gone):
+    the composed cut names exactly the old entries left out, and where the appended begin."""
+    rng = random.Random(seed)
+    old = list(range(rng.randint(0, 40)))
+    removed = sorted(rng.sample(old, rng.randint(0, len(old))))
+    now = [n for n in old if n not in set(removed)]
+    start = len(now)
+    cuts = []
+    for round_ in range(rng.randint(0, 3)):
+        now += [f"new {round_} {k}" for k in range(rng.randint(0, 3))]
+        cut = sorted(rng.sample(range(len(now)), rng.randint(0, len(now))))
+        cuts.append(cut)
+        now = [x for k, x in enumerate(now) if k not in set(cut)]
+    composed, kept = _composed(removed, start, cuts)
+    assert now[:kept] == [n for n in old if n not in set(composed)]
+    assert all(isinstance(x, str) for x in now[kept:])
+
+
 def _tree(base) -> str:  # noqa: ANN001
     """Over two buffer blocks of entries, with names that differ only in case and non-ASCII ones."""
     root = base / "root"
     for d in range(50):
-        here = root / ("Src" if d % 10 == 0 else "src") / f"m{d}" if d % 2 else root / f"main{d}"
-        here.mkdir(parents=True, exist_ok=True)
-        for f in range(90):
-            (here / f"main_{d}_{f}.rs").touch()
+        for here in [root / "src" / f"m{d}"] + [root / "Src" / f"m{d}"] * (d % 10 == 1) if d % 2 else [root / f"main{d}"]:
+            here.mkdir(parents=True, exist_ok=True)
+            for f in range(80):
+                (here / f"main_{d}_{f}.rs").touch()
     (root / "ünï").mkdir()
     (root / "ünï" / "mainé.rs").touch()
     (root / " src ").mkdir()
@@ -119,14 +140,33 @@ def test_ranking_on_a_mended_walk_equals_a_fresh_walk(tmp_path, seed):
         _changes(root, rng, made)
         walked, from_memory = index.walk(root)
         assert walked.mended and not from_memory
-        # A kept subdirectory found gone while its parent is listed again drops more entries
-        # after the first cut: the buffer is then built afresh.
-        buffers_mended += "mended_from" in walked.memo
+        buffers_mended += "mended_from" in walked.memo  # also when a kept subdirectory went too
         fresh = walk(root)
         assert sorted(walked.entries) == sorted(fresh.entries)
         for text in QUERIES:
             query = q.parse(text)
             assert rank(query, walked.entries, memo=walked.memo) == rank(query, fresh.entries, memo=fresh.memo), text
         assert "mended_from" not in walked.memo and "buffer" in walked.memo
-    assert buffers_mended >= 1
+    assert buffers_mended == 5
+    index.clear()
+
+
+def test_a_mend_beside_a_name_differing_in_case_and_below_a_non_ascii_one(tmp_path):
+    """The mend finds what to drop with the buffer's lowered text and the entries it does not
+    hold: neither a sibling spelled in another case nor a non-ASCII directory may be missed."""
+    root = _tree(tmp_path)
+    index = WalkIndex()
+    walked, _ = index.walk(root)
+    rank(q.parse("main"), walked.entries, memo=walked.memo)
+    os.unlink(os.path.join(root, "Src", "m1", "main_1_0.rs"))
+    open(os.path.join(root, "Src", "m1", "main_new.rs"), "w").close()
+    os.unlink(os.path.join(root, "ünï", "mainé.rs"))
+    open(os.path.join(root, "ünï", "mainë.rs"), "w").close()
+    walked, _ = index.walk(root)
+    assert walked.mended and "mended_from" in walked.memo
+    fresh = walk(root)
+    assert len(walked.entries) == len(fresh.entries) and sorted(walked.entries) == sorted(fresh.entries)
+    for text in QUERIES + ["main_1_0", "ë"]:
+        query = q.parse(text)
+        assert rank(query, walked.entries, memo=walked.memo) == rank(query, fresh.entries, memo=fresh.memo), text
     index.clear()
