@@ -66,8 +66,8 @@ class Buffer:
     those again, where building the whole text costs the first search after a change
     about as much as the search itself."""
 
-    def __init__(self, entries: list[tuple[str, str, bool]], block: int = BLOCK) -> None:
-        self.block = block
+    def __init__(self, entries: list[tuple[str, str, bool]], block: int | None = None) -> None:
+        self.block = block = block or BLOCK
         self.size = len(entries)
         self.bases: list[int] = []
         self.texts: list[str] = []
@@ -80,7 +80,8 @@ class Buffer:
     def _add(self, paths: list[str], lo: int, hi: int) -> None:
         """A block of ``paths[lo:hi]``, numbered from ``lo``."""
         part = paths[lo:hi]
-        suffixes = _SUFFIXES if len(part) <= BLOCK else chain(_SUFFIXES, map("\t{}\n".format, range(BLOCK, len(part))))
+        kept = len(_SUFFIXES)
+        suffixes = _SUFFIXES if len(part) <= kept else chain(_SUFFIXES, map("\t{}\n".format, range(kept, len(part))))
         text = "\n" + "".join(chain.from_iterable(zip(part, suffixes)))
         other: list[int] = []
         if not (text.isascii() and text.count("\n") == len(part) + 1 and text.count("\t") == len(part)):

@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from codespace_file_search import prefilter
 from codespace_file_search import query as q
 from codespace_file_search.prefilter import NAME, NAME_FUZZY, Buffer
 from codespace_file_search.ranking import rank
@@ -23,6 +24,7 @@ PARTS = ["main", "Main", "ma", "in", "rs", ".rs", "_", "a", "src", "SRC", " ", "
 NEEDLES = ["main", "ma", "rs", "src", "m", "a", "in", " ", "1", "é", "src/m", "a/"]
 KINDS = [q.FUZZY, q.SUBSTRING, q.PREFIX, q.POSTFIX, q.EXACT, NAME, NAME_FUZZY]
 QUERIES = ["main", "rs$", "^ma", "'src", "m", "ma in", "main !src", "é", "^ src", "a"]
+TREE_QUERIES = ["main_1", "rs$", "^src", "'src/m", "ma in_4", "main_3 !src", "é", "^ src"]  # few matches each
 
 
 def _entry(rng: random.Random) -> tuple[str, str, bool]:
@@ -90,14 +92,20 @@ def test_later_cuts_are_composed_into_the_old_indices(seed):
     assert all(isinstance(x, str) for x in now[kept:])
 
 
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Buffers of 64 entries a block, so that a small tree spans many."""
+    monkeypatch.setattr(prefilter, "BLOCK", 64)
+
+
 def _tree(base) -> str:  # noqa: ANN001
-    """Over two buffer blocks of entries, with names that differ only in case and non-ASCII ones."""
+    """Many buffer blocks of entries, with names that differ only in case and non-ASCII ones."""
     root = base / "root"
     for d in range(50):
         for here in [root / "src" / f"m{d}"] + [root / "Src" / f"m{d}"] * (d % 10 == 1) if d % 2 else [root / f"main{d}"]:
             here.mkdir(parents=True, exist_ok=True)
-            for f in range(80):
-                (here / f"main_{d}_{f}.rs").touch()
+            for f in range(12):
+                open(here / f"main_{d}_{f}.rs", "w").close()
     (root / "ünï").mkdir()
     (root / "ünï" / "mainé.rs").touch()
     (root / " src ").mkdir()
@@ -126,13 +134,13 @@ def _changes(root: str, rng: random.Random, made: list) -> None:
             return
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_ranking_on_a_mended_walk_equals_a_fresh_walk(tmp_path, seed):
+@pytest.mark.parametrize("seed", range(8))
+def test_ranking_on_a_mended_walk_equals_a_fresh_walk(tmp_path, seed, small_blocks):
     rng = random.Random(seed)
     root = _tree(tmp_path)
     index = WalkIndex()
     walked, _ = index.walk(root)
-    assert len(walked.entries) > 4096  # more than one block
+    assert len(walked.entries) > 8 * 64
     rank(q.parse("main"), walked.entries, memo=walked.memo)  # the buffer a mend starts from
     made: list = []
     buffers_mended = 0
@@ -143,7 +151,7 @@ def test_ranking_on_a_mended_walk_equals_a_fresh_walk(tmp_path, seed):
         buffers_mended += "mended_from" in walked.memo  # also when a kept subdirectory went too
         fresh = walk(root)
         assert sorted(walked.entries) == sorted(fresh.entries)
-        for text in QUERIES:
+        for text in TREE_QUERIES:
             query = q.parse(text)
             assert rank(query, walked.entries, memo=walked.memo) == rank(query, fresh.entries, memo=fresh.memo), text
         assert "mended_from" not in walked.memo and "buffer" in walked.memo
@@ -151,7 +159,7 @@ def test_ranking_on_a_mended_walk_equals_a_fresh_walk(tmp_path, seed):
     index.clear()
 
 
-def test_a_mend_beside_a_name_differing_in_case_and_below_a_non_ascii_one(tmp_path):
+def test_a_mend_beside_a_name_differing_in_case_and_below_a_non_ascii_one(tmp_path, small_blocks):
     """The mend finds what to drop with the buffer's lowered text and the entries it does not
     hold: neither a sibling spelled in another case nor a non-ASCII directory may be missed."""
     root = _tree(tmp_path)
@@ -166,7 +174,7 @@ def test_a_mend_beside_a_name_differing_in_case_and_below_a_non_ascii_one(tmp_pa
     assert walked.mended and "mended_from" in walked.memo
     fresh = walk(root)
     assert len(walked.entries) == len(fresh.entries) and sorted(walked.entries) == sorted(fresh.entries)
-    for text in QUERIES + ["main_1_0", "ë"]:
+    for text in TREE_QUERIES + ["main_1_0", "ë"]:
         query = q.parse(text)
         assert rank(query, walked.entries, memo=walked.memo) == rank(query, fresh.entries, memo=fresh.memo), text
     index.clear()
