@@ -8,7 +8,9 @@ removed, or its own or a subdirectory's mode changed) is walked again whole. Wha
 the old entries that are gone (removed directories, links that were entered) is dropped with
 them. The result is the walk a fresh walk would give, in another order (ranking does not
 depend on it); anything this cannot mend (the root itself, a bound reached) answers None, and
-the caller walks again from the top.
+the caller walks again from the top. Since entries are only dropped in place and appended to, the
+mended walk also says which (``memo["mended_from"]``), so the ranking mends its path buffer
+alike instead of building it whole (``prefilter.Buffer.mended``).
 """
 
 from __future__ import annotations
