@@ -9,18 +9,24 @@ directory just before: the kept walk mended there, then rank), and the same thro
 client session with the server (in memory), ``mcp_cold``, ``mcp`` (warm) and ``mcp_changed``. Then the round trip on a small tree
 (20 files): find_files over MCP against fuzzyFileSearch over the app-server's stdio.
 A contender that fails to run fails the benchmark; result counts must agree.
+With ``--baseline DIR`` (another copy of the ``codespace_file_search`` package, e.g. an older
+commit's from ``git archive``), that copy's in-process ``warm`` and ``changed`` are timed too,
+as ``base_warm`` and ``base_changed``, so a change is measured before and after in one run.
 
-Usage: python benchmarks/find_files_bench.py [--files 100000] [--rounds 3] [--calls 200]
+Usage: python benchmarks/find_files_bench.py [--files 100000] [--rounds 3] [--calls 200] [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 
@@ -63,10 +69,26 @@ def touch(root: str, made: int) -> int:
     return made + 1
 
 
-def ours(root: str, query: str) -> int:
-    walked, _ = INDEX.walk(root, None, BOUNDS)
-    found, _ = rank(parse(query), walked.entries, memo=walked.memo)
+def ours(root: str, query: str, package=None) -> int:  # noqa: ANN001
+    """One search in process: by this tree's package, or by ``package`` (see load_baseline)."""
+    index, ranker, parser = (INDEX, rank, parse) if package is None else package
+    walked, _ = index.walk(root, None, BOUNDS)
+    found, _ = ranker(parser(query), walked.entries, memo=walked.memo)
     return len(found)
+
+
+def load_baseline(package_dir: str) -> tuple:
+    """(INDEX, rank, parse) of the package copy at ``package_dir``, imported under another name."""
+    init = os.path.join(package_dir, "__init__.py")
+    if not os.path.isfile(init):
+        raise SystemExit(f"--baseline {package_dir}: not a package directory (no __init__.py)")
+    spec = importlib.util.spec_from_file_location("baseline_file_search", init,
+                                                  submodule_search_locations=[package_dir])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    load = lambda name: importlib.import_module(f"baseline_file_search.{name}")  # noqa: E731
+    return load("walk_index").INDEX, load("ranking").rank, load("query").parse
 
 
 def timed(fn, *args) -> tuple[float, object]:  # noqa: ANN001
@@ -84,10 +106,10 @@ async def mcp_call(client, query: str) -> tuple[float, int]:  # noqa: ANN001
     return elapsed, len(result.structured_content["files"])
 
 
-async def large(root: str, state: str, server: AppServer, rounds: int) -> dict:
-    times: dict[str, dict[str, list[float]]] = {
-        q: {"upstream": [], "cold": [], "warm": [], "changed": [], "mcp_cold": [], "mcp": [], "mcp_changed": []}
-        for q in QUERIES}
+async def large(root: str, state: str, server: AppServer, rounds: int, baseline=None) -> dict:  # noqa: ANN001
+    kinds = ["upstream", "cold", "warm", "changed", "mcp_cold", "mcp", "mcp_changed"]
+    kinds += ["base_warm", "base_changed"] if baseline is not None else []
+    times: dict[str, dict[str, list[float]]] = {q: {k: [] for k in kinds} for q in QUERIES}
     made = 0
     app = build_app(root, state_dir=state, plugins=("file_search",), policy=LARGE_POLICY)
     async with connect(app) as client:
@@ -110,15 +132,25 @@ async def large(root: str, state: str, server: AppServer, rounds: int) -> dict:
                 made = touch(root, made)
                 t, mcp_changed = await mcp_call(client, query)
                 times[query]["mcp_changed"].append(t)
-                if not len(up) == cold == warm == first == over == changed == mcp_changed:
-                    raise SystemExit(f"{query!r}: {len(up)} results upstream, ours "
-                                     f"{cold}/{warm}/{first}/{over}/{changed}/{mcp_changed}")
+                counts = [cold, warm, first, over, changed, mcp_changed]
+                if baseline is not None:
+                    baseline[0].clear()
+                    ours(root, query, baseline)  # its walk, kept, and its buffer
+                    t, base_warm = timed(ours, root, query, baseline)
+                    times[query]["base_warm"].append(t)
+                    made = touch(root, made)
+                    t, base_changed = timed(ours, root, query, baseline)
+                    times[query]["base_changed"].append(t)
+                    baseline[0].clear()
+                    counts += [base_warm, base_changed]
+                if any(n != len(up) for n in counts):
+                    raise SystemExit(f"{query!r}: {len(up)} results upstream, ours {'/'.join(map(str, counts))}")
     out = {}
     for query, by in times.items():
         med = {k: statistics.median(v) * 1000 for k, v in by.items()}
         out[query] = {f"{k}_ms": round(v, 1) for k, v in med.items()}
         out[query].update({f"{k}_ratio": round(med[k] / med["upstream"], 2)
-                           for k in ("cold", "warm", "changed", "mcp_cold", "mcp", "mcp_changed")})
+                           for k in kinds if k != "upstream"})
     return out
 
 
@@ -146,18 +178,22 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--baseline", help="directory of another codespace_file_search package to compare")
     args = parser.parse_args()
+    baseline = load_baseline(os.path.abspath(args.baseline)) if args.baseline else None
     base = os.path.realpath(tempfile.mkdtemp(prefix="cs-find-bench-"))
     try:
         root = os.path.join(base, "tree")
         build(root, args.files)
         with AppServer(codex_binary("0.171.0", fetch=False), timeout=600) as server:
-            results = anyio.run(large, root, os.path.join(base, "state"), server, args.rounds)
+            results = anyio.run(large, root, os.path.join(base, "state"), server, args.rounds, baseline)
             latency = anyio.run(small, base, server, args.calls)
         print(json.dumps({"files": args.files, "rounds": args.rounds, "cpus": os.cpu_count(),
                           "large": results, "small_tree_round_trip": latency}, indent=2))
     finally:
         INDEX.clear()
+        if baseline is not None:
+            baseline[0].clear()
         shutil.rmtree(base, ignore_errors=True)
 
 

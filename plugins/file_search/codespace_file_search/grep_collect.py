@@ -6,7 +6,11 @@ opens a directory before the override globs can skip it: a directory the policy
 hides would be listed. So rg runs unsorted and the order is made here.) Each
 finished file is placed by its path's components, byte-wise, and the tail beyond
 ``max_matches``/``max_bytes`` is dropped as files arrive: what is kept is exactly
-the first page of the sorted whole, and memory stays near the budget.
+the first page of the sorted whole, and memory stays near the budget. Once the page
+is full (or below a cursor), most files of a big search cannot be on it: the reader
+hands the buffer to :meth:`Collector.pass_over`, which passes over runs of such files
+with one pattern search for their begin records and one count for binary ones, instead
+of a Python pass per record (benchmarks/README.md, grep).
 
 rg prints each context line once, even when it lies between two matches; a line
 goes to the match before it when it is within that match's ``after`` lines, else it
@@ -18,6 +22,7 @@ from __future__ import annotations
 import base64
 import bisect
 import json
+import re
 
 from .grep_cursor import Position, order_key
 
@@ -27,6 +32,10 @@ CONTEXT_OVERHEAD = 44  # {"line_number": N, "line": ""},
 FIXED = 420            # the result's own fields, the cursor, a truncation reason
 MAX_SKIPPED = 50
 _BEGIN = b'{"type":"begin","data":{"path":{"text":"'
+# A begin record, found anywhere in rg's output (its quotes are raw, so it is never inside a
+# string), with the path when the path is plain text needing no unescaping; else group 1 is None.
+_BEGIN_AT = re.compile(rb'\{"type":"begin","data":\{"path":\{"(?:text":"([^"\\\n]*)"\}\}\}\n)?')
+_PLAIN_END = b'"binary_offset":null,'
 
 
 def _raw(field: dict) -> bytes:
@@ -77,6 +86,11 @@ class Collector:
         self.saw_output = False
         self._file: _File | None = None
         self._skipping: str | None = None
+        # The page's bounds as bytes that compare as the keys do (components joined by NUL,
+        # a byte no path holds and below every other): see pass_over.
+        self._low = b"\0".join(self.resume[0]) if self.resume is not None else None
+        self._high_of: tuple | None = None
+        self._high = b""
 
     def _skip(self, file: _File) -> str | None:
         if self.resume is not None and file.key < self.resume[0]:
@@ -128,6 +142,43 @@ class Collector:
         self._skipping = self._skip(self._file)
         if self._skipping == "after":
             self._file.cut = True  # rg begins a file only for a match: one is left off the page
+
+    def pass_over(self, buf: bytes, pos: int) -> int:
+        """Pass over the whole files at ``buf[pos:]`` that nothing of can be on this page
+        (before the cursor, or after a full page), and return where the first file that
+        could be, or the last one begun in ``buf``, begins. Their records are not read one
+        by one: of a file passed over only whether rg found it binary counts, and that is
+        counted in bulk. Past a full page this is nearly every file of a big search."""
+        if self._file is not None or self.single_name is not None or not buf.startswith(_BEGIN, pos):
+            return pos
+        low = self._low
+        high = self._high_bound()
+        if low is None and high is None:
+            return pos
+        stop, files = pos, 0
+        # files: how many begins come before the one at stop, each a whole file in buf[pos:stop]
+        for files, found in enumerate(_BEGIN_AT.finditer(buf, pos)):
+            stop = found.start()
+            path = found.group(1)
+            if path is None:
+                break  # escaped, not UTF-8, or not all in buf yet: read the usual way
+            key = (path[2:] if path.startswith(b"./") else path).replace(b"/", b"\0")
+            if not ((low is not None and key < low) or (high is not None and key > high)):
+                break
+        if files > 0:
+            self.saw_output = True
+            # Each file passed over has one end record, and the common one says it is not binary.
+            self.binary_files += files - buf.count(_PLAIN_END, pos, stop)
+        return stop
+
+    def _high_bound(self) -> bytes | None:
+        """The last kept key as bytes once the page is full (what _beyond_the_page compares)."""
+        if self.dropped is None or not self._keys:
+            return None
+        last = self._keys[-1]
+        if last is not self._high_of:
+            self._high_of, self._high = last, b"\0".join(last)
+        return self._high
 
     def skipping(self) -> bool:
         """Whether the records up to the current file's end can go unread."""

@@ -67,10 +67,12 @@ class RgRun:
             if len(self.failure) < _MAX_ERRORS:
                 self.failure.append(line.rstrip(b"\n")[:2000])
 
-    def records(self, on_oversize: Callable[[], None], skipping: Callable[[], bool]) -> Iterator[bytes]:
+    def records(self, on_oversize: Callable[[], None], skipping: Callable[[], bool],
+                pass_over: Callable[[bytes, int], int] | None = None) -> Iterator[bytes]:
         """rg's stdout, one JSON line at a time; raises :class:`Stopped`. After a record for
         which ``skipping()`` is true, the records up to the file's ``end`` are passed over
-        unread: one search of the buffer instead of a line each."""
+        unread: one search of the buffer instead of a line each. Before each record,
+        ``pass_over(buf, pos)`` may pass over whole files in bulk and answer where to go on."""
         fd = self.proc.stdout.fileno()
         _grow_pipe(fd)
         buf = b""
@@ -105,6 +107,8 @@ class RgRun:
                         pos = max(pos, len(buf) - len(_END) + 1)
                         break
                     pos, skip = at + 1, False
+                elif pass_over is not None:
+                    pos = pass_over(buf, pos)
                 newline = buf.find(b"\n", pos)
                 if newline < 0:
                     break

@@ -64,7 +64,7 @@ def _run(args: GrepArgs, argv: list[str], target: Target, resume, limits, cancel
     timed_out = False
     status = None
     try:
-        for record in run.records(collect.oversize, collect.skipping):
+        for record in run.records(collect.oversize, collect.skipping, collect.pass_over):
             collect.feed(record)
         status = run.stop(kill=False)
     except Stopped as stop:

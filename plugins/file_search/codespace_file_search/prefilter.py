@@ -14,6 +14,7 @@ component answer which files the query's tiers lift, the same way.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from functools import lru_cache
 from itertools import chain
 
@@ -24,8 +25,8 @@ from . import query as q
 _BLANKS = "[ \\x0c\\r]*"
 _INDEX = "[^\\n\\t]*+\\t(\\d+)"  # the rest of the line, and its entry index
 NAME, NAME_FUZZY = "name", "name-fuzzy"  # kinds that judge an entry's name, not its path
-_SUFFIXES: list[str] = []  # "\\t<n>\\n" for n so far: formatting them per walk cost more than the join
-_SUFFIXES_KEPT = 200_000  # past this many (about 12 MB kept), the rest is formatted per walk
+BLOCK = 4096  # entries per block of the buffer (Buffer)
+_SUFFIXES = [f"\t{n}\n" for n in range(BLOCK)]  # formatting them per block cost more than the join
 
 
 def _subsequence(needle: str) -> str:
@@ -56,51 +57,119 @@ def _pattern(kind: str, needle: str) -> re.Pattern:
 
 
 class Buffer:
-    """The walk's paths, lowered, a line ``<path>\\t<entry index>`` each (the search finds a
-    match's first character fast, and the index follows it on its line). Entries that are not
-    ASCII, or hold a newline or a tab (which would blur the line or its index), are listed in
-    ``other`` instead."""
+    """The walk's paths, lowered, a line ``<path>\\t<number>`` each (the search finds a
+    match's first character fast, and the number follows it on its line), in blocks of
+    ``block`` entries: a line's number counts from its block's first entry (``bases``).
+    Entries that are not ASCII, or hold a newline or a tab (which would blur the line or
+    its index), are listed in ``other`` instead. Blocks, because a mended walk (entries
+    dropped in place, new ones appended) changes few of them: :meth:`mended` builds only
+    those again, where building the whole text costs the first search after a change
+    about as much as the search itself."""
 
-    def __init__(self, entries: list[tuple[str, str, bool]]) -> None:
+    def __init__(self, entries: list[tuple[str, str, bool]], block: int | None = None) -> None:
+        self.block = block = block or BLOCK
+        self.size = len(entries)
+        self.bases: list[int] = []
+        self.texts: list[str] = []
+        self.others: list[list[int]] = []  # per block, numbered from its base
         paths = [entry[0] for entry in entries]
-        size = len(paths)
-        while len(_SUFFIXES) < min(size, _SUFFIXES_KEPT):
-            _SUFFIXES.extend(f"\t{n}\n" for n in range(len(_SUFFIXES), min(max(size, 2 * len(_SUFFIXES)), _SUFFIXES_KEPT)))
-        suffixes = _SUFFIXES if size <= len(_SUFFIXES) else \
-            chain(_SUFFIXES, map("\t{}\n".format, range(len(_SUFFIXES), size)))
-        text = "\n" + "".join(chain.from_iterable(zip(paths, suffixes)))
-        self.other: list[int] = []
-        if not (text.isascii() and text.count("\n") == size + 1 and text.count("\t") == size):
+        for base in range(0, len(paths), block):
+            self._add(paths, base, min(base + block, len(paths)))
+        self._settle()
+
+    def _add(self, paths: list[str], lo: int, hi: int) -> None:
+        """A block of ``paths[lo:hi]``, numbered from ``lo``."""
+        part = paths[lo:hi]
+        kept = len(_SUFFIXES)
+        suffixes = _SUFFIXES if len(part) <= kept else chain(_SUFFIXES, map("\t{}\n".format, range(kept, len(part))))
+        text = "\n" + "".join(chain.from_iterable(zip(part, suffixes)))
+        other: list[int] = []
+        if not (text.isascii() and text.count("\n") == len(part) + 1 and text.count("\t") == len(part)):
             lines = ["\n"]
-            for n, path in enumerate(paths):
+            for n, path in enumerate(part):
                 if path.isascii() and "\n" not in path and "\t" not in path:
                     lines.append(f"{path}\t{n}\n")
                 else:
-                    self.other.append(n)
+                    other.append(n)
             text = "".join(lines)
-        self.text = text.lower()
-        self.size = size
+        self.bases.append(lo)
+        self.texts.append(text.lower())
+        self.others.append(other)
+
+    def _settle(self) -> None:
+        self.other = [base + n for base, other in zip(self.bases, self.others) for n in other]
         self.other_set = set(self.other)
         self._blank_edged: set[int] | None = None
+
+    def mended(self, entries: list[tuple[str, str, bool]], removed: list[int], start: int) -> Buffer:
+        """The buffer of ``entries``, which are this buffer's entries without those at
+        ``removed`` (ascending), in their order, then ``entries[start:]``: the blocks that
+        lost an entry and the last one (which takes the new entries) are built again, the
+        others kept with their base moved."""
+        if start != self.size - len(removed) or len(entries) < start:
+            return Buffer(entries, self.block)
+        out = Buffer([], self.block)
+        out.size = len(entries)
+        paths: list[str] | None = None
+        ends = self.bases[1:] + [self.size]
+        for base, end, text, other in zip(self.bases, ends, self.texts, self.others):
+            before, within = bisect_left(removed, base), bisect_left(removed, end)
+            lo, hi = base - before, end - within
+            if within == before:
+                out.bases.append(lo)
+                out.texts.append(text)
+                out.others.append(other)
+            elif hi > lo:
+                paths = paths if paths is not None else [entry[0] for entry in entries]
+                out._add(paths, lo, hi)
+        if len(entries) > start:
+            paths = paths if paths is not None else [entry[0] for entry in entries]
+            lo = start
+            if out.bases and start - out.bases[-1] < self.block:
+                lo = out.bases.pop()  # the last block, if not full, takes the first new entries
+                out.texts.pop()
+                out.others.pop()
+            for base in range(lo, len(entries), self.block):
+                out._add(paths, base, min(base + self.block, len(entries)))
+        out._settle()
+        return out
 
     def matching(self, kind: str, needle: str) -> list[int]:
         """Indices (ascending) of the lines the atom's pattern finds."""
         if "\t" in needle or "\n" in needle or (kind in (NAME, NAME_FUZZY) and "/" in needle):
             return []  # no line here holds a tab or newline, no name a '/'
         pattern = _pattern(kind, needle)
-        if kind == NAME:
-            text = self.text
-            return [int(m[1]) for m in pattern.finditer(text) if text[m.start() - 1] in "\n/"]
-        return list(map(int, pattern.findall(self.text)))
+        found: list[int] = []
+        for base, text in zip(self.bases, self.texts):
+            if kind == NAME:
+                found += [base + int(m[1]) for m in pattern.finditer(text) if text[m.start() - 1] in "\n/"]
+            else:
+                hits = pattern.findall(text)
+                if hits:
+                    found += map(base.__add__, map(int, hits))
+        return found
+
+    def starting(self, prefixes: list[str]) -> list[int]:
+        """Indices (ascending) of the entries whose path may start with one of ``prefixes``:
+        the lines that do, case ignored, and every entry not held in the text."""
+        heads = "|".join(re.escape(p.lower()) for p in sorted(set(prefixes)))
+        pattern = re.compile(f"\\n(?:{heads})[^\\n\\t]*+\\t(\\d+)")
+        found: list[int] = []
+        for base, text in zip(self.bases, self.texts):
+            hits = pattern.findall(text)
+            if hits:
+                found += map(base.__add__, map(int, hits))
+        return sorted(found + self.other) if self.other else found
 
     def blank_edged(self) -> set[int]:
         """Entries whose path starts or ends with a blank (as ``_BLANKS``)."""
-        if self._blank_edged is None and not any(c in self.text for c in " \x0c\r"):
+        if self._blank_edged is None and not any(c in text for text in self.texts for c in " \x0c\r"):
             self._blank_edged = set()  # the common case, settled by three scans in C
         if self._blank_edged is None:
             blank = "[ \\x0c\\r]"
-            found = re.findall(f"\\n{blank}[^\\n\\t]*\\t(\\d+)|{blank}\\t(\\d+)", self.text)
-            self._blank_edged = {int(a or b) for a, b in found}
+            pattern = re.compile(f"\\n{blank}[^\\n\\t]*\\t(\\d+)|{blank}\\t(\\d+)")
+            self._blank_edged = {base + int(a or b) for base, text in zip(self.bases, self.texts)
+                                 for a, b in pattern.findall(text)}
         return self._blank_edged
 
     def ascii_lines(self) -> list[int]:
@@ -125,10 +194,13 @@ def exact_on_ascii(atom: q.Atom) -> bool:
 
 
 def buffer_of(entries: list[tuple[str, str, bool]], memo: dict | None) -> Buffer:
-    """The walk's buffer, kept in ``memo`` for the next query."""
+    """The walk's buffer, kept in ``memo`` for the next query; for a mended walk, the
+    buffer of the walk it was mended from, mended the same way (``walk_repair`` leaves
+    ``memo["mended_from"]``: that buffer, the indices dropped, where the new entries begin)."""
     buffer = memo.get("buffer") if memo is not None else None
     if buffer is None:
-        buffer = Buffer(entries)
+        mend = memo.pop("mended_from", None) if memo is not None else None
+        buffer = mend[0].mended(entries, mend[1], mend[2]) if mend is not None else Buffer(entries)
         if memo is not None:
             memo["buffer"] = buffer
     return buffer

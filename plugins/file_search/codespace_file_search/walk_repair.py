@@ -8,7 +8,9 @@ removed, or its own or a subdirectory's mode changed) is walked again whole. Wha
 the old entries that are gone (removed directories, links that were entered) is dropped with
 them. The result is the walk a fresh walk would give, in another order (ranking does not
 depend on it); anything this cannot mend (the root itself, a bound reached) answers None, and
-the caller walks again from the top.
+the caller walks again from the top. Since entries are only dropped in place and appended to, the
+mended walk also says which (``memo["mended_from"]``), so the ranking mends its path buffer
+alike instead of building it whole (``prefilter.Buffer.mended``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from bisect import bisect_right
 from itertools import compress, repeat
 from operator import contains, itemgetter, methodcaller, not_, or_
 
@@ -46,22 +49,35 @@ def _real_children(contexts: dict, parents: set[str]) -> set[str]:
 
 
 def _without(entries: list, gone: re.Pattern, relist: set[str], rewalk: set[str], contexts: dict,
-             keep_below: set[str]) -> list:
-    """``entries`` but those ``gone`` matches. Only the entries a prefix test (in C, over all of
-    them) can place below a directory read again are tried against the pattern."""
-    paths = list(map(itemgetter(0), entries))
+             keep_below: set[str], buffer) -> tuple[list, list[int]]:  # noqa: ANN001 - prefilter.Buffer
+    """``entries`` but those ``gone`` matches, and the indices of those (ascending). Only the
+    entries that may lie below a directory read again are tried against the pattern: those the
+    ranking's ``buffer`` of these entries finds (one pattern search in C), else those a prefix
+    test (in C too, but a call per entry) places there."""
     starts = [r + "/" for r in relist | rewalk if r]
     if "" in relist:  # the root's direct entries hold no '/'; below its children, only links entered go
         starts += [k + "/" for k in contexts if k and "/" not in k and k not in keep_below]
+    if buffer is not None and "" not in relist and starts:
+        maybe = buffer.starting(starts)
+    else:
+        maybe = _starting(entries, starts, "" in relist)
+    removed = [n for n in maybe if gone.fullmatch(entries[n][0])]
+    kept, at = [], 0
+    for n in removed:
+        kept += entries[at:n]
+        at = n + 1
+    kept += entries[at:]
+    return kept, removed
+
+
+def _starting(entries: list, starts: list[str], root: bool) -> list[int]:
+    """Indices of the entries whose path starts with one of ``starts`` (or, with ``root``, holds no '/')."""
+    paths = list(map(itemgetter(0), entries))
     maybe = list(map(methodcaller("startswith", tuple(starts)), paths)) if starts else [False] * len(paths)
-    if "" in relist:
+    if root:
         maybe = list(map(or_, maybe, map(not_, map(contains, paths, repeat("/")))))
         maybe[0] = False  # the root's own entry
-    keep = [True] * len(paths)
-    for n in compress(range(len(paths)), maybe):
-        if gone.fullmatch(paths[n]):
-            keep[n] = False
-    return list(compress(entries, keep))
+    return list(compress(range(len(paths)), maybe))
 
 
 def _reached(rel: str, relist: set[str], keep_below: set[str]) -> bool:
@@ -115,29 +131,53 @@ def repair(walked: Walked, relist: set[str], rewalk: set[str], root: str, rules,
         kept = "|".join(re.escape(k.rpartition("/")[2]) + "/" for k in keep_below if k.rpartition("/")[0] == r)
         drop.append(f"{_below(r)}(?!{kept or '(?!)'})[^/]+/.*")
     gone = re.compile("|".join(f"(?:{d})" for d in drop), re.DOTALL)
-    entries = _without(walked.entries, gone, relist, rewalk, contexts, keep_below)
+    buffer = walked.memo.get("buffer")
+    entries, removed = _without(walked.entries, gone, relist, rewalk, contexts, keep_below, buffer)
+    start = len(entries)
     new_contexts = {rel: c for rel, c in contexts.items() if rel in keep_below or rel in relist or rel in rewalk
                     or not gone.fullmatch(rel)}
     for rel in set(contexts) - set(new_contexts):
         watch.forget(rel)
     out = Walked(entries=entries, dirs=walked.dirs, contexts=new_contexts, mended=True)
     read: set[str] = set()
+    cuts: list[list[int]] = []
     for rel in sorted(rewalk | relist):
         if rel not in out.contexts or rel in read:
             continue  # gone with a directory above it, or read again with it
         kept = {k for k in keep_below if k.rpartition("/")[0] == rel and k in out.contexts} if rel in relist else set()
-        if not _mend(out, rel, root, rules, bounds, cancel, watch, kept, read):
+        if not _mend(out, rel, root, rules, bounds, cancel, watch, kept, read, cuts):
             return None
     out.dirs = len(out.contexts)
     if len(out.entries) > bounds.entries or out.dirs > bounds.dirs:
         return None
+    if buffer is not None:
+        # Only dropped from in place and appended to: the ranking's buffer can be mended alike.
+        out.memo["mended_from"] = (buffer, *_composed(removed, start, cuts))
     return out
 
 
+def _composed(removed: list[int], start: int, cuts: list[list[int]]) -> tuple[list[int], int]:
+    """The old entries' indices dropped, and how many are kept, once ``cuts`` (positions in the
+    mended list, each cut after the one before) are dropped too: a position below ``start`` is
+    a kept old entry, the ``p``-th not in ``removed``; the others were appended."""
+    for cut in cuts:
+        old = []
+        for p in cut:
+            if p >= start:
+                break  # ascending: the rest were appended by this mend
+            at = p  # the least index with p old entries kept before it
+            while (step := p + bisect_right(removed, at)) != at:
+                at = step
+            old.append(at)
+        removed, start = sorted(removed + old), start - len(old)
+    return removed, start
+
+
 def _mend(out: Walked, rel: str, root: str, rules, bounds: Bounds, cancel, watch, skip: set[str],  # noqa: ANN001
-          read: set[str]) -> bool:
+          read: set[str], cuts: list[list[int]]) -> bool:
     """Read ``rel`` again (not descending into ``skip``) into ``out``; ``read`` gets every
-    directory read. False: only a new walk will do."""
+    directory read, ``cuts`` the positions of entries dropped from ``out`` after the fact.
+    False: only a new walk will do."""
     kept = {k: out.contexts[k] for k in skip}
     ancestors = _ancestors(root, rel, out.contexts)
     if ancestors is None:
@@ -157,12 +197,12 @@ def _mend(out: Walked, rel: str, root: str, rules, bounds: Bounds, cancel, watch
     out.entries.extend(part.entries)
     out.contexts.update(part.contexts)
     read.update(part.contexts)
-    return _kept_still_there(out, kept, watch)
+    return _kept_still_there(out, kept, watch, cuts)
 
 
-def _kept_still_there(out: Walked, kept: dict[str, tuple], watch) -> bool:  # noqa: ANN001
-    """Drop what was kept below a subdirectory that is gone; False when one is now another
-    directory (its content was never read)."""
+def _kept_still_there(out: Walked, kept: dict[str, tuple], watch, cuts: list[list[int]]) -> bool:  # noqa: ANN001
+    """Drop what was kept below a subdirectory that is gone (their positions go to ``cuts``);
+    False when one is now another directory (its content was never read)."""
     gone = []
     for rel, context in kept.items():
         real, *_, key = context
@@ -177,7 +217,9 @@ def _kept_still_there(out: Walked, kept: dict[str, tuple], watch) -> bool:  # no
             return False
     if gone:
         pattern = re.compile("|".join(re.escape(rel + "/") + ".+" for rel in gone), re.DOTALL)
-        out.entries = list(compress(out.entries, map(not_, map(pattern.fullmatch, map(itemgetter(0), out.entries)))))
+        hits = list(map(pattern.fullmatch, map(itemgetter(0), out.entries)))
+        cuts.append(list(compress(range(len(hits)), hits)))
+        out.entries = list(compress(out.entries, map(not_, hits)))
         for rel in [r for r in out.contexts if r in gone or pattern.fullmatch(r)]:
             del out.contexts[rel]
             watch.forget(rel)
