@@ -44,7 +44,7 @@ import anyio
 from codespace.testing import build_app, connect, open_workspace
 from codespace_file_search.grep_argv import build_argv, hidden_below, rg_binary
 from codespace_file_search.grep_models import GrepArgs
-from codespace_file_search.grep_tool import search
+from codespace_file_search.grep_search import search
 
 WORDS = ["main", "src", "util", "test", "config", "parser", "mod", "lib", "index", "core", "abc", "data"]
 CASES = {

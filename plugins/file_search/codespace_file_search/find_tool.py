@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from codespace.contract import ToolDefinition, ToolError, run_cancellable
 
-from .query import parse
-from .ranking import LIMIT, rank
-from .walk import Bounds
-from .walk_index import INDEX
+from . import LIMIT
+
+# The matcher and the walker (pathspec, ctypes for inotify) load with the first search, not with
+# the tool's definition: a server without a kept tool listing builds the listing from the
+# definitions while its client waits.
 
 WALK_SECONDS = 10.0
 
@@ -52,6 +53,11 @@ class FindFilesResult(BaseModel):
 
 
 def _search(args: FindFilesArgs, root: str, rules, limits, cancel: threading.Event) -> FindFilesResult:  # noqa: ANN001
+    from .query import parse
+    from .ranking import rank
+    from .walk import Bounds
+    from .walk_index import INDEX
+
     query = parse(args.query)
     bounds = Bounds(entries=limits.walk_max_entries, dirs=limits.walk_max_dirs, depth=limits.walk_max_depth,
                     seconds=WALK_SECONDS)

@@ -20,11 +20,10 @@ from itertools import compress, repeat
 from operator import itemgetter
 from dataclasses import dataclass
 
+from . import LIMIT  # the package's: the tool's definition reads it without loading this module
 from . import query as q
 from .anchored import best_of, single_anchored, window_scorer
 from .prefilter import NAME, NAME_FUZZY, buffer_of, candidates
-
-LIMIT = 50
 
 
 @dataclass(frozen=True)

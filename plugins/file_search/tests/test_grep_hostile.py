@@ -12,7 +12,7 @@ import pytest
 from codespace.contract import Refused, ToolError
 from codespace.testing import call_error, call_ok
 from codespace_file_search.grep_models import GrepArgs
-from codespace_file_search.grep_tool import search
+from codespace_file_search.grep_search import search
 
 from grep_support import OpenWatch, rg_children
 

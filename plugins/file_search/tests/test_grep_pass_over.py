@@ -12,7 +12,7 @@ import random
 import pytest
 
 from codespace_file_search.grep_models import GrepArgs
-from codespace_file_search.grep_tool import search
+from codespace_file_search.grep_search import search
 
 _ODD = (b'q"uote', b"back\\slash", b"\xffnot-utf8", b"tab\tname")
 

@@ -1,0 +1,100 @@
+"""The ``grep`` search itself, blocking: the target opened and checked, rg run on it, its
+records collected within the bounds (the tool's definition is :mod:`.grep_tool`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+from codespace.contract import ToolError
+
+from . import grep_cursor
+from .grep_argv import build_argv, hidden_below, rg_binary
+from .grep_collect import Collector
+from .grep_models import DEFAULT_MAX_BYTES, DEFAULT_MAX_MATCHES, GrepArgs
+from .grep_process import RgRun, Stopped
+from .grep_target import Target, open_target
+
+
+def search(args: GrepArgs, rules, limits, cancel: threading.Event | None = None) -> dict:  # noqa: ANN001
+    """The whole search, blocking: the ``grep`` result as plain data."""
+    resume = grep_cursor.decode(args)
+    target = open_target(args.path, rules)
+    try:
+        hidden = hidden_below(rules, target.real) if target.is_dir else []
+        argv = [rg_binary(), *build_argv(args, hidden, single_file=not target.is_dir)]
+        return _run(args, argv, target, resume, limits, cancel)
+    finally:
+        target.close()
+
+
+def _collector(args: GrepArgs, limits, resume, target: Target) -> Collector:  # noqa: ANN001
+    before = args.context if args.before is None else args.before
+    after = args.context if args.after is None else args.after
+    return Collector(
+        before=before, after=after,
+        max_matches=min(args.max_matches or DEFAULT_MAX_MATCHES, limits.walk_max_entries),
+        max_bytes=min(args.max_bytes or DEFAULT_MAX_BYTES, limits.walk_max_response_bytes),
+        max_line_chars=args.max_line_chars, resume=resume,
+        single_name=None if target.is_dir else os.fsencode(target.name), searched=args.path,
+    )
+
+
+def _run(args: GrepArgs, argv: list[str], target: Target, resume, limits, cancel) -> dict:  # noqa: ANN001
+    collect = _collector(args, limits, resume, target)
+    deadline = time.monotonic() + args.timeout_ms / 1000
+    cwd = f"/proc/{os.getpid()}/fd/{target.fd}" if target.is_dir else "/"
+    run = RgRun(argv, cwd=cwd, stdin=subprocess.DEVNULL if target.is_dir else target.fd,
+                deadline=deadline, cancel=cancel)
+    timed_out = False
+    status = None
+    try:
+        for record in run.records(collect.oversize, collect.skipping, collect.pass_over):
+            collect.feed(record)
+        status = run.stop(kill=False)
+    except Stopped as stop:
+        if stop.reason == "cancelled":
+            raise ToolError(f"the search of {args.path} was cancelled", code="cancelled") from None
+        timed_out = True
+    finally:
+        if status is None:  # stopped early, or failed here: rg must not run on
+            run.stop(kill=True)
+    collect.finish_file()
+    if not timed_out and status == 2 and not collect.saw_output:
+        raise _rg_failure(args, run.failure)
+    return _result(args, collect, run, timed_out)
+
+
+def _rg_failure(args: GrepArgs, lines: list[bytes]) -> ToolError:
+    text = "\n".join(line.decode("utf-8", "replace") for line in lines)[:2000] or "rg exited with status 2"
+    if "regex parse error" in text or "regex" in text.split("\n", 1)[0]:
+        return ToolError(f"pattern is not a valid regular expression (Rust regex syntax): {text}\nTo proceed: fix "
+                         "the pattern, or pass literal=true to search for the text as it is.",
+                         code="invalid_pattern", details={"argument": "pattern"})
+    if "glob" in text:
+        return ToolError(f"a glob in include or exclude is not valid: {text}\nTo proceed: fix the glob "
+                         "(gitignore syntax).", code="invalid_argument", details={"argument": "include/exclude"})
+    return ToolError(f"grep failed: {text}", code="grep_failed")
+
+
+def _result(args: GrepArgs, collect: Collector, run: RgRun, timed_out: bool) -> dict:
+    skipped = collect.skipped + [
+        {"path": "", "reason": line.decode("utf-8", "backslashreplace")[:500]}
+        for line in run.failure if line.startswith(b"rg: ")
+    ]
+    if timed_out:
+        # Files arrive in no order, so what was found in time is not a prefix of the sorted
+        # whole: no cursor could continue it without gaps.
+        reason = (f"timeout_ms ({args.timeout_ms} ms): these are the matches found in time, not the first ones "
+                  "in path order, and there is no cursor; narrow path or include, or raise timeout_ms")
+    else:
+        reason = collect.dropped
+    last = collect.last()
+    return {
+        "path": args.path, "matches": collect.matches(), "files_with_matches": collect.files(),
+        "binary_files_skipped": collect.binary_files, "truncated": reason is not None, "truncated_reason": reason,
+        "next_cursor": grep_cursor.encode(args, last) if collect.dropped and not timed_out and last else None,
+        "skipped": skipped[:50],
+    }
