@@ -86,3 +86,16 @@ def test_hands_back_what_it_does_not_read(tmp_path: Path, case: str) -> None:
     else:
         _dist(root, "Shout-1.0.DIST-INFO", "[codespace.plugins]\nshout = shout\n")
     assert entry_points(path=path) is None
+
+
+def test_discovered_entry_points_give_what_importlib_metadatas_do(example_plugins):
+    from codespace.contract.installed import discovered
+
+    ours = discovered()
+    theirs = list(metadata.entry_points(group=GROUP))
+    assert ours is not None and [(e.name, e.value) for e in ours] == [(e.name, e.value) for e in theirs]
+    for mine, reference in zip(ours, theirs):
+        assert (mine.dist.name, mine.dist.version) == (reference.dist.name, reference.dist.version)
+        assert mine.dist.metadata.get_all("Project-URL") == reference.dist.metadata.get_all("Project-URL")
+    example = next(e for e in ours if e.name == "example")
+    assert example.load() is next(e for e in theirs if e.name == "example").load()

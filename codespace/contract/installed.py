@@ -100,6 +100,12 @@ def entry_points(group: str = GROUP, path: list[str] | None = None) -> list[tupl
     """(name, value) of every entry point in ``group`` of the distributions on ``path``
     (default ``sys.path``), in importlib.metadata's order; None when only importlib.metadata
     can tell."""
+    found = located_entry_points(group, path)
+    return None if found is None else [(name, value) for name, value, _ in found]
+
+
+def located_entry_points(group: str = GROUP, path: list[str] | None = None) -> list[tuple[str, str, str]] | None:
+    """The same, each with the metadata directory of the distribution that declares it."""
     if path is None:
         if not _standard_finders_only():
             return None
@@ -107,7 +113,7 @@ def entry_points(group: str = GROUP, path: list[str] | None = None) -> list[tupl
     distributions = _distributions(path)
     if distributions is None:
         return None
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, str, str]] = []
     for directory in distributions:
         try:
             with open(os.path.join(directory, "entry_points.txt"), encoding="utf-8") as f:
@@ -119,5 +125,42 @@ def entry_points(group: str = GROUP, path: list[str] | None = None) -> list[tupl
         parsed = _entry_points(text)
         if parsed is None:
             return None
-        found.extend((name, value) for section, name, value in parsed if section == group)
+        found.extend((name, value, directory) for section, name, value in parsed if section == group)
     return found
+
+
+class EntryPoint:
+    """An entry point found here, with what ``codespace.plugins`` reads of importlib.metadata's:
+    ``name``, ``value``, ``load()``, and ``dist``, the distribution, made on first use (a server
+    shows plugin versions only when asked)."""
+
+    __slots__ = ("name", "value", "directory", "_dist")
+
+    def __init__(self, name: str, value: str, directory: str) -> None:
+        self.name, self.value, self.directory = name, value, directory
+        self._dist: object = None
+
+    @property
+    def dist(self):  # noqa: ANN201 - an importlib.metadata.Distribution
+        if self._dist is None:
+            from importlib.metadata import Distribution
+
+            self._dist = Distribution.at(self.directory)
+        return self._dist
+
+    def load(self) -> object:
+        module, _, attribute = self.value.partition(":")
+        __import__(module.strip())
+        loaded: object = sys.modules[module.strip()]
+        for part in filter(None, attribute.strip().split(".")):
+            loaded = getattr(loaded, part)
+        return loaded
+
+    def __repr__(self) -> str:
+        return f"EntryPoint(name={self.name!r}, value={self.value!r})"
+
+
+def discovered(group: str = GROUP) -> list[EntryPoint] | None:
+    """The plugins' entry points on ``sys.path`` for ``codespace.plugins.Plugins.load``, or None."""
+    found = located_entry_points(group)
+    return None if found is None else [EntryPoint(*entry) for entry in found]
