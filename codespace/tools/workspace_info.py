@@ -4,7 +4,7 @@ from typing import Any
 
 from pydantic import Field
 
-from .. import __version__, kernel
+from .. import __version__
 from ..models import Model, Strict
 from ..plugins import hookimpl
 from ..tooling import ToolCall, ToolDefinition, ToolRegistrar
@@ -47,6 +47,8 @@ class WorkspaceInfo(Model):
 def _sandbox_section(call: ToolCall) -> dict[str, Any]:
     policy = call.workspace.policy.sandbox
     section: dict[str, Any] = {"mode": policy.mode, "engine_preference": policy.engine}
+    from .. import kernel  # ctypes, platform, subprocess: not needed to list the tool
+
     landlock = kernel.landlock_abi()
     section["landlock_abi"] = landlock.value
     backend = call.backends.sandbox()
