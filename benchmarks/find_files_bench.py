@@ -19,19 +19,17 @@ Usage: python benchmarks/find_files_bench.py [--files 100000] [--rounds 3] [--ca
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
 import anyio
 
+from baseline import import_copy
 from codespace.contract import codex_binary
 from codespace.testing import build_app, connect
 from codespace_file_search.pin_client import AppServer
@@ -79,15 +77,7 @@ def ours(root: str, query: str, package=None) -> int:  # noqa: ANN001
 
 def load_baseline(package_dir: str) -> tuple:
     """(INDEX, rank, parse) of the package copy at ``package_dir``, imported under another name."""
-    init = os.path.join(package_dir, "__init__.py")
-    if not os.path.isfile(init):
-        raise SystemExit(f"--baseline {package_dir}: not a package directory (no __init__.py)")
-    spec = importlib.util.spec_from_file_location("baseline_file_search", init,
-                                                  submodule_search_locations=[package_dir])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    load = lambda name: importlib.import_module(f"baseline_file_search.{name}")  # noqa: E731
+    load = import_copy(package_dir)
     return load("walk_index").INDEX, load("ranking").rank, load("query").parse
 
 

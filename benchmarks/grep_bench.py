@@ -27,8 +27,6 @@ python benchmarks/grep_bench.py [--files 100000] [--rounds 5] [--baseline DIR]
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import os
 import random
 import resource
@@ -41,6 +39,7 @@ import time
 
 import anyio
 
+from baseline import import_copy
 from codespace.testing import build_app, connect, open_workspace
 from codespace_file_search.grep_argv import build_argv, hidden_below, rg_binary
 from codespace_file_search.grep_models import GrepArgs
@@ -103,16 +102,13 @@ def time_search(args: GrepArgs, workspace, cpu: list, searcher=search) -> float:
 
 
 def load_baseline(package_dir: str):  # noqa: ANN201
-    """``search`` of the package copy at ``package_dir``, imported under another name."""
-    init = os.path.join(package_dir, "__init__.py")
-    if not os.path.isfile(init):
-        raise SystemExit(f"--baseline {package_dir}: not a package directory (no __init__.py)")
-    spec = importlib.util.spec_from_file_location("baseline_file_search", init,
-                                                  submodule_search_locations=[package_dir])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return importlib.import_module("baseline_file_search.grep_tool").search
+    """``search`` of the package copy at ``package_dir``, imported under another name (in
+    grep_search since 2026-12-02, in grep_tool before)."""
+    load = import_copy(package_dir)
+    try:
+        return load("grep_search").search
+    except ModuleNotFoundError:
+        return load("grep_tool").search
 
 
 async def time_mcp(client, arguments: dict) -> float:  # noqa: ANN001

@@ -20,7 +20,6 @@ cost the patch helper about as much as its patch.
 from __future__ import annotations
 
 import os
-import sys as _sys
 
 from ..policy.paths import normalize, validate_agent_path
 from ..workspace import Workspace, WorkspaceError
@@ -171,13 +170,9 @@ class InstalledPlugin(Fields):
         return None
 
     def load(self) -> object:
-        module, _, attribute = self.value.partition(":")
-        # __import__ and sys.modules, as importlib.import_module does, without loading importlib.
-        __import__(module.strip())
-        loaded: object = _sys.modules[module.strip()]
-        for part in filter(None, attribute.strip().split(".")):
-            loaded = getattr(loaded, part)
-        return loaded
+        from .installed import load_value
+
+        return load_value(self.value)
 
 
 def _plugins_for(workspace: WorkspaceView, installed: Iterable[tuple[str, str]] | None) -> tuple[Any, list[str]]:

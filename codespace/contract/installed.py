@@ -129,6 +129,18 @@ def located_entry_points(group: str = GROUP, path: list[str] | None = None) -> l
     return found
 
 
+def load_value(value: str) -> object:
+    """What an entry point's ``value`` (``module`` or ``module:attribute``) names, as
+    importlib.metadata's ``EntryPoint.load`` finds it: ``__import__`` and ``sys.modules``, as
+    importlib.import_module does, without loading importlib."""
+    module, _, attribute = value.partition(":")
+    __import__(module.strip())
+    loaded: object = sys.modules[module.strip()]
+    for part in filter(None, attribute.strip().split(".")):
+        loaded = getattr(loaded, part)
+    return loaded
+
+
 class EntryPoint:
     """An entry point found here, with what ``codespace.plugins`` reads of importlib.metadata's:
     ``name``, ``value``, ``load()``, and ``dist``, the distribution, made on first use (a server
@@ -149,12 +161,7 @@ class EntryPoint:
         return self._dist
 
     def load(self) -> object:
-        module, _, attribute = self.value.partition(":")
-        __import__(module.strip())
-        loaded: object = sys.modules[module.strip()]
-        for part in filter(None, attribute.strip().split(".")):
-            loaded = getattr(loaded, part)
-        return loaded
+        return load_value(self.value)
 
     def __repr__(self) -> str:
         return f"EntryPoint(name={self.name!r}, value={self.value!r})"
