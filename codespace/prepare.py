@@ -1,8 +1,10 @@
 """``codespace prepare``: make the next start answer ``tools/list`` at once.
 
 A start without a kept tool listing (the first after an install, a plugin change or an
-edit of the policy's [plugins] table) builds the App and the listing: over a second, which
-a client's start-up timeout or its first model request may not wait for. ``prepare``
+edit of the policy's [plugins] table) builds the tools and writes the listing before it
+answers ``tools/list``: about as long as the reference filesystem server's whole start on a
+quiet machine, three times a kept listing's (benchmarks/README.md), and more on a busy one,
+which a client's first model request may not wait for. ``prepare``
 runs that start now, as a real ``codespace serve`` over stdio started the way the
 caller was started (the listing is keyed by the interpreter and its import path), and
 ends it; the server keeps the listing as it always does.
