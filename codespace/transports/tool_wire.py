@@ -18,13 +18,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .wire import HANDSHAKE_PROTOCOL_VERSIONS
+
 # The 2025-11-25 wire models' field order (mcp_types._v2025_11_25: Tool, ToolAnnotations, and
 # InputSchema/OutputSchema, whose other keys follow in their own order).
 TOOL_FIELDS = ("_meta", "annotations", "description", "execution", "icons", "inputSchema", "name", "outputSchema",
                "title")
 ANNOTATION_FIELDS = ("destructiveHint", "idempotentHint", "openWorldHint", "readOnlyHint", "title")
 SCHEMA_FIELDS = ("$schema", "properties", "required", "type")
-CLASSIC_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+# The classic versions: the handshake's (wire.py, held equal to the SDK's by a test).
+CLASSIC_VERSIONS = HANDSHAKE_PROTOCOL_VERSIONS
 
 
 def _ordered(values: dict[str, Any], fields: tuple[str, ...], *, keep_others: bool) -> dict[str, Any]:
