@@ -45,17 +45,51 @@ def _plain_initialize(params: Any) -> bool:
             and (params.get("_meta") is None or isinstance(params.get("_meta"), dict)))
 
 
+def opening_kind(message: dict[str, Any]) -> str | None:
+    """Which of the messages that open a classic connection ``message`` plainly is, if any:
+    ``initialize``, ``initialized`` (the notification), ``ping`` or ``tools/list``."""
+    method = message.get("method")
+    params = message.get("params")
+    if method == "initialize" and "id" in message and _plain_initialize(params):
+        return "initialize"
+    if method == "notifications/initialized":
+        return "initialized"
+    if method in ("ping", "tools/list") and "id" in message and params in (None, {}):
+        return method
+    return None
+
+
+def initialize_reply(message: dict[str, Any]) -> tuple[bytes, str]:
+    """The answer to a plain ``initialize`` and the version it negotiates."""
+    version = negotiate(message["params"]["protocolVersion"])
+    return _dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
+        "capabilities": {"tools": {"listChanged": False}}, "instructions": INSTRUCTIONS,
+        "protocolVersion": version, "serverInfo": server_info(),
+    }}), version
+
+
+def ping_reply(message: dict[str, Any]) -> bytes:
+    return _dumps({"jsonrpc": "2.0", "id": message["id"], "result": {}})
+
+
+def listing_reply(request_id: Any, result: bytes) -> bytes:
+    return b'{"jsonrpc":"2.0","id":' + _dumps(request_id) + b',"result":' + result + b"}"
+
+
 def _enveloped(params: Any) -> bool:
     return isinstance(params, dict) and isinstance(params.get("_meta"), dict) \
         and "io.modelcontextprotocol/protocolVersion" in params["_meta"]
 
 
 class Front:
-    def __init__(self, direct: DirectToolCalls | None, bridge: SdkBridge, listing: ListingCache | None) -> None:
+    def __init__(self, direct: DirectToolCalls | None, bridge: SdkBridge, listing: ListingCache | None,
+                 kept: tuple[bytes, list[str]] | None = None) -> None:
+        """``listing``: where listings are kept (None: not kept); ``kept``: the one it held for
+        this start (the result's bytes and the tool names)."""
         self.direct = direct  # None: every line goes to the SDK (CODESPACE_DIRECT_CALLS=0, the reference path)
         self.bridge = bridge
         self.listing = listing
-        self._cached = listing.load() if (listing is not None and direct is not None) else None
+        self._cached = kept if direct is not None else None
         self.negotiated: str | None = None
         self.served_names: list[str] | None = self._cached[1] if self._cached else None
 
@@ -73,9 +107,10 @@ class Front:
             return message
         method = message.get("method")
         params = message.get("params")
-        if method == "initialize" and "id" in message and _plain_initialize(params):
+        kind = opening_kind(message)
+        if kind == "initialize":
             return self._initialize(message, write)
-        if method == "notifications/initialized":
+        if kind == "initialized":
             if self.bridge.handshake is not None:
                 self.bridge.handshake = (self.bridge.handshake[0], True)
                 self.direct.handshake_done(self.negotiated, message)
@@ -84,41 +119,34 @@ class Front:
             if method == "tools/call" and self.direct.intercept(message, write):
                 return None
             return message
-        if method == "ping" and "id" in message and params in (None, {}):
-            write(_dumps({"jsonrpc": "2.0", "id": message["id"], "result": {}}))
+        if kind == "ping":
+            write(ping_reply(message))
             return None
-        if method == "tools/list" and "id" in message and params in (None, {}) and self.negotiated is not None:
+        if kind == "tools/list" and self.negotiated is not None:
             return self._list(message, write)
         if method in ("tools/call", "notifications/cancelled") and self.direct.intercept(message, write):
             return None
         return message
 
     def _initialize(self, message: dict[str, Any], write: Write) -> None:
-        params = message["params"]
-        version = negotiate(params["protocolVersion"])
+        reply, version = initialize_reply(message)
         self.negotiated = version
-        self.direct.initialize(params, version)
-        self.bridge.handshake = ({**message, "params": params}, False)
-        write(_dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
-            "capabilities": {"tools": {"listChanged": False}}, "instructions": INSTRUCTIONS,
-            "protocolVersion": version, "serverInfo": server_info(),
-        }}))
+        self.direct.initialize(message["params"], version)
+        self.bridge.handshake = (dict(message), False)
+        write(reply)
         return None
 
     def _list(self, message: dict[str, Any], write: Write) -> None:
         request_id = message["id"]
         if self._cached is not None:
-            write(b'{"jsonrpc":"2.0","id":' + _dumps(request_id) + b',"result":' + self._cached[0] + b"}")
+            write(listing_reply(request_id, self._cached[0]))
             return None
-        # No listing kept: built once the App is, without the SDK's server (listing.build_result).
-        self.direct.list_tools(request_id, self.negotiated, self._keep)
+        # No listing kept: built once the tools are loaded, without the SDK's server (listing.build_result).
+        self.direct.list_tools(request_id, self.negotiated, self.listed)
         return None
 
-    def listing_wanted(self) -> bool:
-        """No kept listing: the first ``tools/list`` waits for one to be written."""
-        return self._cached is None
-
-    def _keep(self, result: bytes) -> None:
+    def listed(self, result: bytes) -> None:
+        """A listing was built and served: kept for the next start, and served from now on."""
         if self.listing is not None:
             self.listing.save(result)
         self._cached = (result, [t["name"] for t in json.loads(result)["tools"]])

@@ -20,11 +20,8 @@ every answer.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
-import select
-import stat
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -34,6 +31,7 @@ import anyio
 import anyio.to_thread
 
 from ..fdio import read_some, write_all
+from .stdio_fds import Claim, split_lines
 
 if TYPE_CHECKING:
     from .front import Front
@@ -44,76 +42,20 @@ READ_CHUNK = 1 << 16
 SETTLE_LIMIT_S = 60.0  # at end of input, how long answers still being worked on are awaited
 
 
-def _pollable(fd: int) -> bool:
-    # epoll refuses regular files, directories and some devices (/dev/null: EPERM); those
-    # are read on a thread instead.
-    mode = os.fstat(fd).st_mode
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return False
-    try:
-        with select.epoll() as probe:
-            probe.register(fd, select.EPOLLIN)
-    except OSError:
-        return False
-    return True
-
-
-class _Claim:
-    """Private duplicates of fds 0/1 for the protocol; the originals diverted."""
-
-    def __init__(self) -> None:
-        self.read_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
-        self.write_fd = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
-        self._saved = (fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3), fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3))
-        devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        os.dup2(devnull, 0)
-        os.close(devnull)
-        os.dup2(2, 1)
-        self.read_pollable = _pollable(self.read_fd)
-        self.write_pollable = _pollable(self.write_fd)
-        self._flags = {}
-        for fd, pollable in ((self.read_fd, self.read_pollable), (self.write_fd, self.write_pollable)):
-            if pollable:
-                self._flags[fd] = os.get_blocking(fd)
-                os.set_blocking(fd, False)
-
-    def release(self) -> None:
-        for fd, blocking in self._flags.items():
-            try:
-                os.set_blocking(fd, blocking)  # the description may be shared with a terminal
-            except OSError:
-                pass
-        os.dup2(self._saved[0], 0)
-        os.dup2(self._saved[1], 1)
-        for fd in (*self._saved, self.read_fd, self.write_fd):
-            os.close(fd)
-
-
 async def _read_chunk(fd: int, pollable: bool) -> bytes:
     if not pollable:
         return await anyio.to_thread.run_sync(os.read, fd, READ_CHUNK)
     return await read_some(fd, READ_CHUNK)
 
 
-def _lines(pending: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
-    """The complete lines once ``chunk`` is added to ``pending``, and what remains; at end
-    of input (``chunk`` empty) a last line without its newline still counts."""
-    if not chunk:
-        return [pending], b""
-    pending += chunk
-    if b"\n" not in chunk:
-        return [], pending
-    *lines, rest = pending.split(b"\n")
-    return lines, rest
-
-
 class StdioConnection:
     """The wire side: lines in (to the front, then to the SDK bridge), lines out."""
 
-    def __init__(self, claim: _Claim, front: Front, tg: Any) -> None:
+    def __init__(self, claim: Claim, front: Front, tg: Any, rest: bytes = b"", ended: bool = False) -> None:
         self.claim = claim
         self.front = front
         self.tg = tg
+        self._rest, self._ended = rest, ended  # where the opening stopped (.stdio_opening)
         # fast_acquire: an uncontended write must not yield to the loop (one iteration per answer saved)
         self._write_lock = anyio.Lock(fast_acquire=True)
         # Lines the front passed on wait here for the SDK in arrival order, and so does
@@ -163,6 +105,18 @@ class StdioConnection:
         self._backlog.append(None)
         self._backlog_ready.set()
 
+    def take_rest(self) -> tuple[bytes, bool]:
+        """The input the opening read and did not serve: its lines are accepted now; the
+        partial line left, and True if input had already ended (then it is accepted too)."""
+        pending = b""
+        if self._rest:
+            lines, pending = split_lines(b"", self._rest)
+            self.accept(lines)
+        if self._ended:
+            self.accept(split_lines(pending, b"")[0])
+            self.end_of_input()
+        return pending, self._ended
+
     async def _forward(self, line: bytes, message: dict[str, Any]) -> None:
         try:
             await self.front.bridge.forward(message, line)
@@ -205,8 +159,7 @@ class StdioConnection:
         it arrives (no task wake-up and no epoll re-registration per message)."""
         loop = asyncio.get_running_loop()
         fd = self.claim.read_fd
-        pending = b""
-        done = False
+        pending, done = self.take_rest()
 
         def on_readable() -> None:
             nonlocal pending, done
@@ -216,7 +169,7 @@ class StdioConnection:
                 return
             except OSError:
                 chunk = b""
-            lines, pending = _lines(pending, chunk)
+            lines, pending = split_lines(pending, chunk)
             self.accept(lines)
             if not chunk:
                 loop.remove_reader(fd)
@@ -238,13 +191,13 @@ class StdioConnection:
 
     async def read_in_task(self) -> None:
         """Other event loops, and stdin that cannot be polled (a regular file)."""
-        pending = b""
+        pending, ended = self.take_rest()
 
         async def feed() -> None:
             nonlocal pending
-            while True:
+            while not ended:
                 chunk = await _read_chunk(self.claim.read_fd, self.claim.read_pollable)
-                lines, pending = _lines(pending, chunk)
+                lines, pending = split_lines(pending, chunk)
                 self.accept(lines)
                 if not chunk:
                     self.end_of_input()
@@ -278,13 +231,16 @@ def _parse_error(request_id: Any, exc: Exception) -> bytes:
 
 
 @asynccontextmanager
-async def stdio_transport(front: Front) -> AsyncIterator[StdioConnection]:
+async def stdio_transport(front: Front, claim: Claim | None = None, rest: bytes = b"",
+                          ended: bool = False) -> AsyncIterator[StdioConnection]:
     """Serve fds 0/1 through ``front`` until the context ends; ``finished`` is set once
-    input has ended and every request received has been answered."""
-    claim = _Claim()
+    input has ended and every request received has been answered. ``claim``, ``rest`` and
+    ``ended``: the descriptors an opening (:mod:`.stdio_opening`) claimed and served, and
+    where it stopped."""
+    claim = claim or Claim()
     try:
         async with anyio.create_task_group() as tg:
-            connection = StdioConnection(claim, front, tg)
+            connection = StdioConnection(claim, front, tg, rest, ended)
             front.bridge.send = connection._write_quietly
             front.bridge.tg = tg
             if front.direct is not None:

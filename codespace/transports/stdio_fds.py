@@ -1,0 +1,71 @@
+"""The descriptors of a stdio connection: claimed from fds 0 and 1, and read as lines.
+
+Without the event loop (nothing here imports anyio), so that the opening of a connection
+(:mod:`.stdio_opening`) can serve before the loop exists. While claimed, fd 0 reads
+/dev/null and fd 1 points at stderr: a stray ``print`` or a child process can never
+write into the protocol channel.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import select
+import stat
+
+
+def pollable(fd: int) -> bool:
+    # epoll refuses regular files, directories and some devices (/dev/null: EPERM); those
+    # are read on a thread instead.
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return False
+    try:
+        with select.epoll() as probe:
+            probe.register(fd, select.EPOLLIN)
+    except OSError:
+        return False
+    return True
+
+
+class Claim:
+    """Private duplicates of fds 0/1 for the protocol; the originals diverted."""
+
+    def __init__(self) -> None:
+        self.read_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+        self.write_fd = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+        self._saved = (fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3), fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3))
+        devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        os.dup2(2, 1)
+        self.read_pollable = pollable(self.read_fd)
+        self.write_pollable = pollable(self.write_fd)
+        self._flags = {}
+        for fd, can_poll in ((self.read_fd, self.read_pollable), (self.write_fd, self.write_pollable)):
+            if can_poll:
+                self._flags[fd] = os.get_blocking(fd)
+                os.set_blocking(fd, False)
+
+    def release(self) -> None:
+        for fd, blocking in self._flags.items():
+            try:
+                os.set_blocking(fd, blocking)  # the description may be shared with a terminal
+            except OSError:
+                pass
+        os.dup2(self._saved[0], 0)
+        os.dup2(self._saved[1], 1)
+        for fd in (*self._saved, self.read_fd, self.write_fd):
+            os.close(fd)
+
+
+def split_lines(pending: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
+    """The complete lines once ``chunk`` is added to ``pending``, and what remains; at end
+    of input (``chunk`` empty) a last line without its newline still counts."""
+    if not chunk:
+        return [pending], b""
+    pending += chunk
+    if b"\n" not in chunk:
+        return [], pending
+    *lines, rest = pending.split(b"\n")
+    return lines, rest
