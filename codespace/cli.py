@@ -273,6 +273,9 @@ def _unwrap(exc: BaseException) -> BaseException:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .pydantic_plugins import keep_pydantic_plugins_out
+
+    keep_pydantic_plugins_out()  # before anything imports pydantic: see that module
     args = _parser().parse_args(argv)
     _setup_logging(args.log_level)
     handlers = {"serve": _serve, "plugins": _plugins, "pins": _pins, "doctor": _doctor, "ops": _ops,

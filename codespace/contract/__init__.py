@@ -53,6 +53,8 @@ _EXPORTS = {
     "NetworkEvent": "codespace.store.base", "NetworkAudit": ".network",
     # one-shot helper processes: made non-dumpable, no core files, no LD_* steering
     "harden_process": ".hardening", "HardeningError": ".hardening",
+    # long-lived processes of CodeSpace's own (server, worker): no pydantic plugins in them
+    "keep_pydantic_plugins_out": "codespace.pydantic_plugins",
     # pin checks: conformance with the pinned upstream release (codespace pins check)
     "PinCheck": ".pins", "PinCheckRequest": ".pins", "PinReport": ".pins", "PinDifference": ".pins",
     "OracleUnavailable": ".pins", "codex_binary": ".pins", "pin_check_command_line": ".pins",

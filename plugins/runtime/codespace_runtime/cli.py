@@ -61,6 +61,9 @@ def _octal_umask(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from codespace.contract import keep_pydantic_plugins_out
+
+    keep_pydantic_plugins_out()  # the worker validates the same arguments and results as the server
     args = _parser().parse_args(argv)
     if args.command == "serve":
         from .worker import ServeArgs, serve
