@@ -128,6 +128,40 @@ def test_no_cache_is_written_where_bytecode_is_not_or_cannot_be(tmp_path):
     assert not unwritable.exists()
 
 
+def test_a_cache_directory_another_user_owns_is_left_alone(tmp_path):
+    """The package's ``__pycache__`` exists but this process may not write it (root installed
+    the package; an agent's uid runs the helper): the import goes on, nothing is written."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("setpriv is needed to run the helper as another uid")
+        as_user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups"]
+    else:
+        as_user = []
+    # Outside tmp_path, whose parents only root may enter: the other uid must reach the tree.
+    root = Path(tempfile.mkdtemp(prefix="code-cache-"))
+    try:
+        root.chmod(0o755)
+        _tree(root / "tree", "one")
+        pycache = root / "tree" / "pkg" / "__pycache__"
+        pycache.mkdir(mode=0o755)
+        if not as_user:
+            pycache.chmod(0o555)  # not ours to write, as another user's would be
+        code = DRIVER.format(patch_root=PATCH_ROOT, tree=str(root / "tree"), cache=str(pycache / "cache.bin"))
+        done = subprocess.run([*as_user, sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        assert json.loads(done.stdout)["value"] == "one"
+        assert list(pycache.iterdir()) == []
+    finally:
+        if not as_user:
+            (root / "tree" / "pkg" / "__pycache__").chmod(0o755)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_only_the_most_recent_caches_are_kept(tmp_path):
     from codespace_patch.code_cache import KEEP, PREFIX
 
