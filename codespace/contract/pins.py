@@ -161,9 +161,21 @@ def codex_binary(version: str, *, fetch: bool = True, log: Callable[[str], None]
     tarballs = sorted(cache.glob("*.tgz"), key=lambda p: p.stat().st_mtime)
     if not tarballs:
         raise OracleUnavailable(f"npm pack {spec} produced no tarball in {cache}")
+    # The one member, copied out by hand: extraction filters (``filter="data"``) exist only from
+    # Python 3.11.4 (Debian 12's python3 is 3.11.2), and a regular file is all that is wanted.
     with tarfile.open(tarballs[-1]) as archive:
-        archive.extractall(cache, members=[archive.getmember(_MEMBER)], filter="data")
-    binary.chmod(0o755)
+        try:
+            member = archive.getmember(_MEMBER)
+        except KeyError:
+            raise OracleUnavailable(f"{tarballs[-1]} holds no {_MEMBER}") from None
+        if not member.isfile():
+            raise OracleUnavailable(f"{_MEMBER} in {tarballs[-1]} is not a regular file")
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        partial = binary.with_name(binary.name + ".part")
+        with archive.extractfile(member) as source, open(partial, "wb") as out:  # type: ignore[union-attr]
+            shutil.copyfileobj(source, out)
+    partial.chmod(0o755)
+    os.replace(partial, binary)
     found = _version_of(binary)
     if found != expected:
         raise OracleUnavailable(f"{binary} reports {found!r}, expected {expected!r}")
