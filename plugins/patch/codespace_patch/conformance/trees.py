@@ -52,10 +52,18 @@ def _short(value: tuple | None) -> str:
 
 
 def copy_tree(source: str | os.PathLike[str] | None, target: str | os.PathLike[str]) -> None:
-    """Copy ``source``'s contents into the existing directory ``target`` (nothing when absent)."""
+    """Copy ``source``'s contents into the existing directory ``target`` (nothing when absent).
+    The copy is the caller's to change: its owner may write every directory and file in it
+    (the shared fixtures are read-only, which root ignores and any other user does not)."""
     if source is None or not os.path.isdir(source):
         return
     shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    for dirpath, dirnames, filenames in os.walk(target):
+        os.chmod(dirpath, os.stat(dirpath).st_mode | 0o700)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, os.stat(path).st_mode | 0o600)
 
 
 def write_tree(root: Path, files: dict[str, bytes | None]) -> None:
