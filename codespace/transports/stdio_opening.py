@@ -55,8 +55,10 @@ class ToolsBuild:
         except BaseException as exc:  # noqa: BLE001 - raised again where the parts are taken
             self._error = exc
         finally:
-            self._done.set()
+            # The byte first: once ``done`` is set, result() may close the pipe (and its number
+            # be reused for another file, which a late write would then reach).
             os.write(self._wake_w, b"!")
+            self._done.set()
 
     @property
     def done(self) -> bool:
