@@ -60,10 +60,6 @@ class ToolsBuild:
             os.write(self._wake_w, b"!")
             self._done.set()
 
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
     def listing(self) -> bytes | None:
         """The classic listing, once written (None: the build failed or only the SDK can write it)."""
         self._done.wait()
@@ -72,11 +68,10 @@ class ToolsBuild:
     def result(self) -> tuple[Any, Any, Any]:
         """The parts, once loaded (blocking); the build's exception if it failed."""
         self._done.wait()
-        for fd in (self.wake_fd, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass  # closed by an earlier call
+        if self.wake_fd >= 0:  # the opening is over: nothing polls the pipe any more
+            os.close(self.wake_fd)
+            os.close(self._wake_w)
+            self.wake_fd = self._wake_w = -1
         if self._error is not None:
             raise self._error
         assert self.parts is not None
@@ -163,8 +158,7 @@ def _wait_for_input(fd: int, build: ToolsBuild) -> bool:
     """Until ``fd`` has input (True), or the tools are loaded with no input waiting (False)."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
-    if not build.done:
-        poller.register(build.wake_fd, select.POLLIN)
+    poller.register(build.wake_fd, select.POLLIN)  # readable from the build's end on: its byte is never read
     while True:
         ready = dict(poller.poll())
         if fd in ready:
