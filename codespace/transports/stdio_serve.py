@@ -115,10 +115,11 @@ class _Start:
         self.build = ToolsBuild(workspace, policy, state_dir, listing=self.fast and self.kept is None)
         self.opening = Opening()
         if self.fast:
-            try:
-                self.opening = serve_opening(self.claim, self.kept[0] if self.kept else None, self.build)
-            except KeyboardInterrupt:  # SIGINT before anything needs closing
-                os._exit(128 + signal.SIGINT)
+            self.opening = serve_opening(self.claim, self.kept[0] if self.kept else None, self.build)
+
+
+def _exit_at_once(signum: int, _frame: object) -> None:
+    os._exit(128 + signum)
 
 
 def serve_stdio(workspace: str | None, policy: str | None, state_dir: str | None) -> int:
@@ -127,6 +128,12 @@ def serve_stdio(workspace: str | None, policy: str | None, state_dir: str | None
     # No cyclic collection while the start-up imports and builds (about a tenth of a start
     # without a kept tool listing, measured); _serve turns it on once the App is built.
     gc.disable()
+    # Until the event loop watches them (_watch_signals, the loop's first task), SIGINT and
+    # SIGTERM end the process at once: nothing is open that needs closing (the store opens
+    # once the App runs), while a KeyboardInterrupt raised in an import or a wait of this
+    # thread could leave the interpreter's exit waiting on the tools thread.
+    signal.signal(signal.SIGINT, _exit_at_once)
+    signal.signal(signal.SIGTERM, _exit_at_once)
     start = _Start(workspace, policy, state_dir)
     import anyio
 
