@@ -31,14 +31,13 @@ import anyio
 import anyio.to_thread
 
 from ..fdio import read_some, write_all
-from .stdio_fds import Claim, split_lines
+from .stdio_fds import READ_CHUNK, Claim, split_lines
 
 if TYPE_CHECKING:
     from .front import Front
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 1 << 16
 SETTLE_LIMIT_S = 60.0  # at end of input, how long answers still being worked on are awaited
 
 

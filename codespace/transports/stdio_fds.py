@@ -14,6 +14,9 @@ import select
 import stat
 
 
+READ_CHUNK = 1 << 16  # the most one read of the client's input takes
+
+
 def pollable(fd: int) -> bool:
     # epoll refuses regular files, directories and some devices (/dev/null: EPERM); those
     # are read on a thread instead.

@@ -22,10 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .front import initialize_reply, listing_reply, opening_kind, ping_reply
-from .stdio_fds import Claim, split_lines
+from .stdio_fds import READ_CHUNK, Claim, split_lines
 from .wire import BadMessage, parse
-
-READ_CHUNK = 1 << 16
 
 
 class ToolsBuild:
