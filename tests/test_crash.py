@@ -98,16 +98,25 @@ async def test_restart_reaps_process_groups_left_behind(ws, state):
 
 async def test_restart_reaps_live_command_sessions(ws, state):
     """A server killed with sessions running: its child dies with it (parent-death
-    signal), grandchildren ignoring SIGTERM are reaped at the next start."""
+    signal). Where a cgroup holds the command, grandchildren ignoring SIGTERM outlive the
+    server and are reaped at the next start; where a keeper holds it (no cgroup can be made,
+    as for most unprivileged users), the keeper kills them when the server dies."""
     script = "trap '' TERM; (trap '' TERM; exec -a cs-orphan sleep 1000) & echo $! > grandchild; sleep 1000"
     async with Client(stdio_params(ws, state)) as client:
+        tracking = (await call_ok(client, "workspace_info"))["sandbox"]["process_tracking"]["mechanism"]
         started = await call_ok(client, "exec", {"command": script, "yield_ms": 300, "operation_id": "live-1"})
         assert started["running"]
         (pid,) = server_pids(state)
         os.kill(pid, signal.SIGKILL)
     grandchild = int((ws / "grandchild").read_text())
-    time.sleep(0.3)
-    assert _alive(grandchild), "the grandchild should survive the killed server until the restart"
+    if tracking == "subreaper":
+        deadline = time.monotonic() + 5
+        while _alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not _alive(grandchild), "the keeper should kill the command's processes when the server dies"
+    else:
+        time.sleep(0.3)
+        assert _alive(grandchild), "the grandchild should survive the killed server until the restart"
     try:
         async with Client(stdio_params(ws, state)) as client:
             record = await call_ok(client, "get_operation", {"operation_id": "live-1"})
