@@ -102,6 +102,12 @@ class Backends:
         remote = self._remote()
         return remote if callable(getattr(remote, "run_tool", None)) else None
 
+    def workspace_tools_here(self) -> bool:
+        try:
+            return self.tool_runner() is None
+        except BackendMissing:  # a worker is configured and none can be had: they run nowhere
+            return False
+
     def commands_remote(self) -> bool:
         """Do commands run in a worker (so this server's own registry stays idle)?"""
         try:

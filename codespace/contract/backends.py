@@ -40,6 +40,12 @@ class Backends(Protocol):
     def sandbox(self) -> Sandbox | None:
         """The sandbox backend, or None when no plugin provides one."""
 
+    def workspace_tools_here(self) -> bool:
+        """Do the tools that act on the workspace (files, patches, searches) run in this
+        process? False in a server whose ``[runtime] worker`` runs them (a service that
+        prepares for them, such as a search index, belongs in the worker then). Added in
+        codespace 0.2.1."""
+
     def sandbox_decision(self) -> SandboxDecision:
         """The core's decision for this workspace's commands (policy ``[sandbox]`` against what
         the sandbox backend reports). Raises :class:`Refused` when the policy requires a
