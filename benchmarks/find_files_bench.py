@@ -8,12 +8,18 @@ and is timed six ways: ``cold`` (the kept walk dropped first: the first search o
 directory just before: the kept walk mended there, then rank), and the same through a real MCP
 client session with the server (in memory), ``mcp_cold``, ``mcp`` (warm) and ``mcp_changed``. Then the round trip on a small tree
 (20 files): find_files over MCP against fuzzyFileSearch over the app-server's stdio.
+Then ``started``: a new ``codespace serve`` process per query and wait, driven over stdio as
+the app-server is (JSON lines, a client that only sends and reads), whose first find_files is
+timed ``--waits`` seconds after the client's opening (initialize, tools/list; 0: at once): what the warm-up walk (``warm_up``, started with the server) gives the first
+search of a server's life, against upstream's per-call time in the same round. The in-process
+server above runs with the warm-up off, so that its walk does not overlap the timed searches.
 A contender that fails to run fails the benchmark; result counts must agree.
 With ``--baseline DIR`` (another copy of the ``codespace_file_search`` package, e.g. an older
 commit's from ``git archive``), that copy's in-process ``warm`` and ``changed`` are timed too,
 as ``base_warm`` and ``base_changed``, so a change is measured before and after in one run.
 
 Usage: python benchmarks/find_files_bench.py [--files 100000] [--rounds 3] [--calls 200] [--baseline DIR]
+       [--waits 0,1,2]
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -31,12 +39,13 @@ import anyio
 
 from baseline import import_copy
 from codespace.contract import codex_binary
-from codespace.testing import build_app, connect
+from codespace.testing import build_app, connect, write_policy_file
 from codespace_file_search.pin_client import AppServer
 from codespace_file_search.query import parse
 from codespace_file_search.ranking import rank
 from codespace_file_search.walk import Bounds
 from codespace_file_search.walk_index import INDEX
+from codespace_file_search.warm_up import SWITCH
 
 QUERIES = ["main", "srcutil", "tst_cfg", "^mod", "'parser", "rs$", "abc xyz"]
 WORDS = ["main", "src", "util", "test", "config", "parser", "mod", "lib", "index", "core", "abc", "data"]
@@ -144,6 +153,84 @@ async def large(root: str, state: str, server: AppServer, rounds: int, baseline=
     return out
 
 
+class StdioServer:
+    """``codespace serve`` driven as the app-server is (pin_client.AppServer): JSON lines on its
+    stdio, a client doing nothing but sending and reading, so the timed call is the server's."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env)
+        self.next_id = 0
+
+    def request(self, method: str, params: dict) -> dict:
+        self.next_id += 1
+        self.notify(method, params, self.next_id)
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise SystemExit(f"codespace serve ended before answering {method}")
+            message = json.loads(line)
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise SystemExit(f"{method} failed: {message['error']}")
+                return message["result"]
+
+    def notify(self, method: str, params: dict, request_id: int | None = None) -> None:
+        message = {"jsonrpc": "2.0", "method": method, "params": params}
+        if request_id is not None:
+            message["id"] = request_id
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def started(root: str, base: str, server: AppServer, rounds: int, waits: list[float]) -> dict:
+    """The first find_files of a new stdio server, ``wait`` s after its client's opening
+    (initialize, initialized, tools/list), per query."""
+    codespace = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "codespace")
+    policy = write_policy_file(base, LARGE_POLICY, "started-policy.toml")
+    env = {k: v for k, v in os.environ.items() if k != SWITCH}
+    env["CODESPACE_PLUGINS_ALLOW"] = "file_search"
+    kinds = ["upstream", *(f"started_{w:g}s" for w in waits)]
+    times: dict[str, dict[str, list[float]]] = {q: {k: [] for k in kinds} for q in QUERIES}
+    for n in range(rounds):
+        for query in QUERIES:
+            t, up = timed(server.fuzzy_file_search, query, [root])
+            times[query]["upstream"].append(t)
+            for wait in waits:
+                state = os.path.join(base, f"started-state-{n}-{wait:g}")
+                ours = StdioServer([codespace, "serve", "--workspace", root, "--state-dir", state,
+                                    "--policy", str(policy)], env)
+                try:
+                    ours.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                "clientInfo": {"name": "find_files_bench", "version": "1"}})
+                    ours.notify("notifications/initialized", {})
+                    ours.request("tools/list", {})
+                    time.sleep(wait)
+                    t, result = timed(ours.request, "tools/call", {"name": "find_files",
+                                                                   "arguments": {"query": query, "limit": 50}})
+                finally:
+                    ours.close()
+                times[query][f"started_{wait:g}s"].append(t)
+                shutil.rmtree(state, ignore_errors=True)
+                got = len(result["structuredContent"]["files"]) if not result.get("isError") else None
+                if got != len(up):
+                    raise SystemExit(f"{query!r}: {len(up)} results upstream, {got} from a started server")
+    out = {}
+    for query, by in times.items():
+        med = {k: statistics.median(v) * 1000 for k, v in by.items()}
+        out[query] = {f"{k}_ms": round(v, 1) for k, v in med.items()}
+        out[query].update({f"{k}_ratio": round(med[k] / med["upstream"], 2) for k in kinds if k != "upstream"})
+    return out
+
+
 async def small(base: str, server: AppServer, calls: int) -> dict:
     root = os.path.join(base, "small")
     os.makedirs(root)
@@ -169,7 +256,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--baseline", help="directory of another codespace_file_search package to compare")
+    parser.add_argument("--waits", default="0,1,2", help="seconds after initialize of a started server's first search")
     args = parser.parse_args()
+    waits = [float(w) for w in args.waits.split(",") if w.strip()]
+    os.environ[SWITCH] = "off"  # the in-process server's; a started server gets the default (on)
     baseline = load_baseline(os.path.abspath(args.baseline)) if args.baseline else None
     base = os.path.realpath(tempfile.mkdtemp(prefix="cs-find-bench-"))
     try:
@@ -178,8 +268,9 @@ def main() -> None:
         with AppServer(codex_binary("0.171.0", fetch=False), timeout=600) as server:
             results = anyio.run(large, root, os.path.join(base, "state"), server, args.rounds, baseline)
             latency = anyio.run(small, base, server, args.calls)
+            first = started(root, base, server, args.rounds, waits) if waits else {}
         print(json.dumps({"files": args.files, "rounds": args.rounds, "cpus": os.cpu_count(),
-                          "large": results, "small_tree_round_trip": latency}, indent=2))
+                          "large": results, "small_tree_round_trip": latency, "started": first}, indent=2))
     finally:
         INDEX.clear()
         if baseline is not None:

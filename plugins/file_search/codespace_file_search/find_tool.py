@@ -52,16 +52,22 @@ class FindFilesResult(BaseModel):
     truncated_reason: str | None = None
 
 
+def bounds_of(limits):  # noqa: ANN001, ANN201 - codespace Limits -> walk.Bounds
+    """The walk's bounds under the policy's ``[limits]``: every walk of a root with the same
+    policy has the same, so the warm-up's walk is the one a search keeps and finds."""
+    from .walk import Bounds
+
+    return Bounds(entries=limits.walk_max_entries, dirs=limits.walk_max_dirs, depth=limits.walk_max_depth,
+                  seconds=WALK_SECONDS)
+
+
 def _search(args: FindFilesArgs, root: str, rules, limits, cancel: threading.Event) -> FindFilesResult:  # noqa: ANN001
     from .query import parse
     from .ranking import rank
-    from .walk import Bounds
     from .walk_index import INDEX
 
     query = parse(args.query)
-    bounds = Bounds(entries=limits.walk_max_entries, dirs=limits.walk_max_dirs, depth=limits.walk_max_depth,
-                    seconds=WALK_SECONDS)
-    walked, _ = INDEX.walk(root, rules, bounds, cancel)
+    walked, _ = INDEX.walk(root, rules, bounds_of(limits), cancel)
     if walked.cancelled:
         raise ToolError(f"find_files in {root} was cancelled", code="cancelled")
     found, total = rank(query, walked.entries, args.limit, cancel, walked.memo)

@@ -1,4 +1,4 @@
-"""Hooks of the file-search plugin: its two tools and its pin check."""
+"""Hooks of the file-search plugin: its two tools, the warm-up walk and its pin check."""
 
 from __future__ import annotations
 
@@ -12,6 +12,18 @@ def codespace_register_tools(register):  # noqa: ANN001, ANN201
 
     register(find_files_tool())
     register(grep_tool())
+
+
+@hookimpl
+def codespace_services(workspace, backends, store):  # noqa: ANN001, ANN201
+    """The warm-up walk (``warm_up``), where find_files runs: not in a server whose worker runs it."""
+    from .warm_up import wanted, warm_up
+
+    if not backends.workspace_tools_here() or not wanted():
+        return None
+    import functools
+
+    return [functools.partial(warm_up, workspace)]
 
 
 @hookimpl

@@ -184,6 +184,13 @@ def _split(query: q.Query, entries: list[tuple[str, str, bool]], picked: list[in
     return tiers, each
 
 
+def prepare(entries: list[tuple[str, str, bool]], memo: dict) -> None:
+    """Build what the first ranking of a walk would (its path buffer, its set of
+    directories) ahead of any search: the warm-up's second half."""
+    buffer_of(entries, memo)
+    _dirs(entries, memo)
+
+
 def _dirs(entries: list[tuple[str, str, bool]], memo: dict | None) -> set[int]:
     found = memo.get("dirs") if memo is not None else None
     if found is None:

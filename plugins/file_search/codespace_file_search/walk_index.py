@@ -194,12 +194,34 @@ class WalkIndex:
         self._keep = keep
         self._lock = threading.Lock()
         self._kept: OrderedDict[tuple, tuple[Walked, _Watcher]] = OrderedDict()
+        self._busy: dict[tuple, threading.Event] = {}
+        """Keys being walked or mended, each with the event set when that is over: a second
+        call for the same key waits and takes the result from memory instead of walking the
+        tree a second time at once (a search arriving during the warm-up walk, ``warm_up``)."""
 
     def walk(self, root_real: str, rules=None, bounds: Bounds | None = None,  # noqa: ANN001 - codespace PathRules
              cancel: threading.Event | None = None) -> tuple[Walked, bool]:
         """The walk of ``root_real`` and whether it came from memory."""
         bounds = bounds or Bounds()
         key = (root_real, bounds.entries, bounds.dirs, bounds.depth, _fingerprint(rules))
+        while True:
+            with self._lock:
+                busy = self._busy.get(key)
+                if busy is None:
+                    mine = self._busy[key] = threading.Event()
+                    break
+            while not busy.wait(0.05):
+                if cancel is not None and cancel.is_set():
+                    return Walked(cancelled=True), False
+        try:
+            return self._walk(key, root_real, rules, bounds, cancel)
+        finally:
+            with self._lock:
+                del self._busy[key]
+            mine.set()
+
+    def _walk(self, key: tuple, root_real: str, rules, bounds: Bounds,  # noqa: ANN001 - codespace PathRules
+              cancel: threading.Event | None) -> tuple[Walked, bool]:
         with self._lock:
             kept = self._kept.pop(key, None)
         if kept is not None:

@@ -58,7 +58,7 @@ def test_codespace_plugins_is_accurate():
         "name": "file_search", "status": "loaded", "distribution": "codespace-file-search",
         "version": version("codespace-file-search"),
         "pin": {"project": "openai/codex", "release": "rust-v0.171.0", "components": ["codex-file-search"]},
-        "hooks": ["codespace_pin_checks", "codespace_register_tools"], "error": None,
+        "hooks": ["codespace_pin_checks", "codespace_register_tools", "codespace_services"], "error": None,
     }
     blocked = _plugins({"CODESPACE_PLUGINS_BLOCK": "file_search"})
     assert blocked["file_search"]["status"] == "blocked" and blocked["file_search"]["hooks"] == []
