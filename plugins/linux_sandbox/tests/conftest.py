@@ -226,6 +226,29 @@ def sandbox_env(base: Path, engine: str, start: str) -> Env:
     return make_env(base, engine, start=start)
 
 
+def pipe_holders(stream) -> list[str]:  # noqa: ANN001 - a pipe's file object
+    """Who holds the other end of ``stream``'s pipe: one line per process (pid, parent,
+    state, namespace pids, command line), for a test's message when a pipe stays open."""
+    wanted = f"pipe:[{os.fstat(stream.fileno()).st_ino}]"
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            links = {os.readlink(f"/proc/{entry}/fd/{fd}") for fd in os.listdir(f"/proc/{entry}/fd")}
+            if wanted not in links:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{entry}/status") as f:
+                status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+        except OSError:
+            continue
+        found.append(f"pid {entry} ppid {status.get('PPid')} state {status.get('State')} "
+                     f"nspid {status.get('NSpid')} sid {status.get('NSsid')}: {cmdline}")
+    return found
+
+
 def live_pids_in(paths: list[str]) -> list[int]:
     """Processes whose command line mentions one of ``paths`` (to prove nothing survived)."""
     found = []

@@ -12,7 +12,7 @@ import pytest
 from codespace_linux_sandbox import libc, supervise
 from codespace_linux_sandbox.backend import may_make_pid_namespaces
 from codespace_linux_sandbox.limits import cannot_enforce
-from conftest import live_pids_in, require_engine
+from conftest import live_pids_in, pipe_holders, require_engine
 
 from codespace.processes.kill import kill_session, kill_tree
 
@@ -139,7 +139,12 @@ def test_nothing_survives_a_helper_killed_while_the_sandbox_is_built(sandbox_env
             proc = sandbox_env.popen(["/bin/sh", "-c", f"exec {marker}"])
             time.sleep(i * 0.0004)
             kill_session(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=20)
+            try:
+                proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                holders = pipe_holders(proc.stdout) if not proc.stdout.closed else ["(stdout closed: stderr open)"]
+                pytest.fail(f"kill {i} ({i * 0.4:.1f} ms after the start): the command's pipes are still open "
+                            f"20 s after SIGKILL, held by: {holders}")
             assert proc.returncode == -signal.SIGKILL
         deadline = time.monotonic() + 5
         while live_pids_in([marker]) and time.monotonic() < deadline:
