@@ -200,8 +200,10 @@ class WalkIndex:
         tree a second time at once (a search arriving during the warm-up walk, ``warm_up``)."""
 
     def walk(self, root_real: str, rules=None, bounds: Bounds | None = None,  # noqa: ANN001 - codespace PathRules
-             cancel: threading.Event | None = None) -> tuple[Walked, bool]:
-        """The walk of ``root_real`` and whether it came from memory."""
+             cancel: threading.Event | None = None, then=None) -> tuple[Walked, bool]:  # noqa: ANN001
+        """The walk of ``root_real`` and whether it came from memory; ``then(walked)``, if
+        given, runs on a whole walk before a caller waiting for this root is let in (the
+        warm-up builds the ranking's buffer there, so a waiting search does not build it too)."""
         bounds = bounds or Bounds()
         key = (root_real, bounds.entries, bounds.dirs, bounds.depth, _fingerprint(rules))
         while True:
@@ -214,7 +216,10 @@ class WalkIndex:
                 if cancel is not None and cancel.is_set():
                     return Walked(cancelled=True), False
         try:
-            return self._walk(key, root_real, rules, bounds, cancel)
+            walked, kept = self._walk(key, root_real, rules, bounds, cancel)
+            if then is not None and not walked.cancelled and walked.truncated is None:
+                then(walked)
+            return walked, kept
         finally:
             with self._lock:
                 del self._busy[key]
