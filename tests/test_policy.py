@@ -49,6 +49,13 @@ def test_bad_values_name_field_and_problem(write_policy):
     assert "field 'limits.max_file_bytes'" in text and "536870912" in text
 
 
+@pytest.mark.parametrize("value", ["-1", "10001", '"fast"', "1.5"])
+def test_lane_spin_is_a_bounded_whole_number_of_microseconds(write_policy, value):
+    with pytest.raises(PolicyError, match=r"field 'runtime\.lane_spin_us'"):
+        load_policy(write_policy(f"[runtime]\nlane_spin_us = {value}\n"))
+    assert load_policy(write_policy("[runtime]\nlane_spin_us = 0\n")).runtime.lane_spin_us == 0
+
+
 def test_wildcard_domain_needs_explicit_opt_in(write_policy):
     with pytest.raises(PolicyError, match="allow_wildcard"):
         load_policy(write_policy('[network]\naccess = "allowlist"\nallowed_domains = ["*"]\n'))

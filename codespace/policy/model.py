@@ -217,6 +217,13 @@ class RuntimePolicy(_Strict):
     ``<state dir>/worker``). Set it when the server runs as another user than the worker, so its
     state directory is its own: both read this from the policy. Hidden from the agent and from
     sandboxed commands, like the state directory."""
+    lane_spin_us: int = Field(2000, ge=0, le=10_000)
+    """How long each end of the worker's fast lane (small reads and stats) polls for the other's
+    next frame before it sleeps, in microseconds; 0 sleeps at once. A process that sleeps takes
+    tens of microseconds to wake (about 70 on a virtual machine without halt polling), once on
+    each side of every read; polling keeps reads that follow each other closely off that path.
+    It costs at most this much CPU per read in the server (waiting for an answer it waits for
+    anyway) and in the worker (only while the previous read came within this window)."""
 
     @field_validator("daemon_dir")
     @classmethod

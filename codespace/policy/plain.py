@@ -31,7 +31,7 @@ def _plain_values() -> dict[str, dict[str, Any]]:
         "limits": {"max_argument_bytes": 4 * MiB, "max_file_bytes": 64 * MiB},
         "store": {"state_dir": None},
         "plugins": {"allow": None, "block": []},
-        "runtime": {"worker": "off", "daemon_dir": None},
+        "runtime": {"worker": "off", "daemon_dir": None, "lane_spin_us": 2000},
     }
 
 

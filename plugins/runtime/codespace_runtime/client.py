@@ -104,6 +104,9 @@ class WorkerClient:
         self._gone: WorkerGone | None = None
         self._lane: Lane | None = None
         self._lane_state = "unopened"  # "opening", "open", "refused" (a worker without lanes)
+        self.lane_spin_s = 0.0
+        """How long this side polls for a lane's answer before it sleeps (the policy's
+        ``runtime.lane_spin_us``, set by whoever made the client)."""
         self._reader = asyncio.create_task(self._read_forever())
 
     @classmethod
@@ -215,7 +218,7 @@ class WorkerClient:
         finally:
             theirs.close()
         _close(fds)
-        self._lane = Lane(ours, frozenset(m for m in result.get("methods", ()) if isinstance(m, str)))
+        self._lane = Lane(ours, frozenset(m for m in result.get("methods", ()) if isinstance(m, str)), self.lane_spin_s)
         self._lane_state = "open"
         return self._lane
 

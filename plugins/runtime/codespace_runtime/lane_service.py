@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 from pydantic import ValidationError
@@ -42,9 +44,10 @@ ErrorFor = Callable[[str, BaseException], p.Error]
 class Lanes:
     """The lanes of one connection: opened by ``lane.open``, closed with the connection."""
 
-    def __init__(self, handlers: Mapping[str, Callable], error_for: ErrorFor) -> None:
+    def __init__(self, handlers: Mapping[str, Callable], error_for: ErrorFor, spin_s: float = 0.0) -> None:
         self._handlers = handlers
         self._error_for = error_for
+        self._spin_s = spin_s
         self._socks: list[socket.socket] = []
 
     def open(self, fds: list[int]) -> dict:
@@ -66,7 +69,7 @@ class Lanes:
             raise ValueError(f"lane.open refused: this connection already has {MAX_LANES} lanes open")
         sock.setblocking(True)
         self._socks.append(sock)
-        threading.Thread(target=_serve_lane, args=(sock, self._handlers, self._error_for),
+        threading.Thread(target=_serve_lane, args=(sock, self._handlers, self._error_for, self._spin_s),
                          name="codespace-lane", daemon=True).start()
         return {"methods": sorted(LANE_METHODS)}
 
@@ -80,17 +83,19 @@ class Lanes:
         self._socks.clear()
 
 
-def _serve_lane(sock: socket.socket, handlers: Mapping[str, Callable], error_for: ErrorFor) -> None:
+def _serve_lane(sock: socket.socket, handlers: Mapping[str, Callable], error_for: ErrorFor, spin_s: float) -> None:
     try:
-        asyncio.run(_serve(sock, handlers, error_for))
+        asyncio.run(_serve(sock, handlers, error_for, spin_s))
     except Exception:  # noqa: BLE001 - a lane's failure ends the lane, never the worker
         _log.exception("a fast lane failed; its server falls back to the connection")
     finally:
         sock.close()
 
 
-async def _serve(sock: socket.socket, handlers: Mapping[str, Callable], error_for: ErrorFor) -> None:
+async def _serve(sock: socket.socket, handlers: Mapping[str, Callable], error_for: ErrorFor, spin_s: float) -> None:
+    waiting = _Waiting(sock, spin_s)
     while True:
+        waiting.for_request()
         try:
             obj = read_frame(sock)  # blocks this thread (and its loop, which has nothing else to do)
         except EOFError:
@@ -100,6 +105,7 @@ async def _serve(sock: socket.socket, handlers: Mapping[str, Callable], error_fo
             if exc.fatal:
                 return
             continue
+        waiting.got_request()
         try:
             request = p.Request.model_validate(obj)  # the connection's own envelope rules
         except (ValidationError, RecursionError) as exc:
@@ -119,6 +125,32 @@ async def _serve(sock: socket.socket, handlers: Mapping[str, Callable], error_fo
             frame = p.error_frame(request_id, error_for(method, exc))
         if not _send(sock, frame):
             return
+
+
+class _Waiting:
+    """How the lane's thread waits for the next request: while requests come closely (the last
+    one within ``spin_s`` of the answer before it), it polls the socket for up to ``spin_s``, so
+    the next finds it awake; otherwise, and after that long, it sleeps in ``recv``. The end of a
+    burst of reads costs one poll of ``spin_s``."""
+
+    def __init__(self, sock: socket.socket, spin_s: float) -> None:
+        self._spin_s = spin_s
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+        self._since = 0.0
+        self._close_together = False
+
+    def for_request(self) -> None:
+        """Called when the lane is idle (the last answer sent, or none yet)."""
+        clock = time.perf_counter
+        self._since = clock()
+        if self._close_together:
+            poll, end = self._poll.poll, self._since + self._spin_s
+            while clock() < end and not poll(0):
+                pass
+
+    def got_request(self) -> None:
+        self._close_together = 0 < time.perf_counter() - self._since <= self._spin_s
 
 
 def _send(sock: socket.socket, frame: dict) -> bool:

@@ -31,6 +31,7 @@ from . import daemon, sockets, tokens
 from .client import WorkerClient, WorkerError, WorkerGone
 from .protocol import PROTOCOL
 from .hardening import UMASK_ENV, current_umask
+from .lane_client import spin_seconds
 from .runner import POLICY_ENV, policy_digest
 
 CLIENT_NAME = "codespace-server"
@@ -123,6 +124,7 @@ class Worker:
         }
         if serving:
             out["fast_lane"] = self._client.lane_state  # type: ignore[union-attr]
+            out["lane_spin_us"] = self.workspace.policy.runtime.lane_spin_us
         if self.last_failure:
             out["last_failure"] = self.last_failure
         return out
@@ -161,6 +163,7 @@ class Worker:
                     raise RunnerLost(self.last_failure + ". Nothing ran; retry, or see the server's log (the "
                                      "worker writes to its stderr).", dispatched=False) from None
                 self.starts += 1
+                self._client.lane_spin_s = spin_seconds(self.workspace.policy)
                 for fn in self._listeners:
                     self._client.on_notification(fn)
                 for fn in self._lost_listeners:

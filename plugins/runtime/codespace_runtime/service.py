@@ -67,7 +67,7 @@ class Connections:
 class Connection:
     def __init__(self, sock: socket.socket, token: bytes, handlers: Mapping[str, Handler],
                  status: Callable[[], dict], *, errors: ErrorMapper | None, welcome: dict,
-                 stop: asyncio.Event | None, hub: Connections | None) -> None:
+                 stop: asyncio.Event | None, hub: Connections | None, lane_spin_s: float = 0.0) -> None:
         self.sock = sock
         self._token = token
         self._handlers = handlers
@@ -82,7 +82,7 @@ class Connection:
         self.client: str | None = None
         self._open = True
         self._reader: FrameReader | None = None
-        self._lanes = Lanes(handlers, self._map_error)
+        self._lanes = Lanes(handlers, self._map_error, lane_spin_s)
 
     @property
     def is_open(self) -> bool:
@@ -322,12 +322,15 @@ def welcome(*, workspace: str, policy_digest: str | None) -> dict:
 async def serve_connection(sock: socket.socket, token: bytes, handlers: Mapping[str, Handler],
                            status: Callable[[], dict], *, errors: ErrorMapper | None = None,
                            workspace: str = "", policy_digest: str | None = None,
-                           stop: asyncio.Event | None = None, hub: Connections | None = None) -> None:
+                           stop: asyncio.Event | None = None, hub: Connections | None = None,
+                           lane_spin_s: float = 0.0) -> None:
     """Serve one connected socket (non-blocking) until the peer closes it, the stream is out of
-    step or a ``shutdown`` arrives (which sets ``stop``). The socket is closed on return."""
+    step or a ``shutdown`` arrives (which sets ``stop``). The socket is closed on return.
+    ``lane_spin_s``: how long its fast lanes poll for a request (``runtime.lane_spin_us``)."""
     sock.setblocking(False)
     connection = Connection(sock, token, handlers, status, errors=errors, stop=stop, hub=hub,
-                            welcome=welcome(workspace=workspace, policy_digest=policy_digest))
+                            welcome=welcome(workspace=workspace, policy_digest=policy_digest),
+                            lane_spin_s=lane_spin_s)
     try:
         await connection.run()
     finally:
@@ -338,7 +341,8 @@ async def serve_listener(listener: socket.socket, token: bytes, handlers: Mappin
                          status: Callable[[], dict], *, allowed_uids: Collection[int],
                          errors: ErrorMapper | None = None, workspace: str = "",
                          policy_digest: str | None = None, stop: asyncio.Event | None = None,
-                         hub: Connections | None = None, drain: Drain | None = None) -> None:
+                         hub: Connections | None = None, drain: Drain | None = None,
+                         lane_spin_s: float = 0.0) -> None:
     """Accept and serve connections until ``stop`` is set (by a ``shutdown`` or the caller).
     A peer whose uid is not in ``allowed_uids`` is closed before a byte is read or written.
     ``drain`` runs once ``stop`` is set, while the connections are still open (the runner ends
@@ -366,7 +370,7 @@ async def serve_listener(listener: socket.socket, token: bytes, handlers: Mappin
                 continue
             task = asyncio.create_task(serve_connection(conn, token, handlers, status, errors=errors,
                                                         workspace=workspace, policy_digest=policy_digest,
-                                                        stop=stop, hub=hub))
+                                                        stop=stop, hub=hub, lane_spin_s=lane_spin_s))
             connections.add(task)
             task.add_done_callback(connections.discard)
 

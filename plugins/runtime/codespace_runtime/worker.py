@@ -25,6 +25,7 @@ from codespace.contract import gate
 
 from . import daemon, sockets, tokens
 from .hardening import UMASK_ENV, current_umask, harden_worker, reexec_without_ld
+from .lane_client import spin_seconds
 from .service import Drain, Handler, serve_connection, serve_listener
 
 EXIT_USAGE = 2
@@ -73,10 +74,11 @@ def _serve_hardened(args: ServeArgs) -> int:
     handlers, status, lifespan = load_handlers(str(view.root)) if args.runner else ({}, dict, contextlib.nullcontext)
     digest = policy_digest(view)
     allowed = args.allow_uids or [os.getuid()]
+    spin_s = spin_seconds(view.policy)
     if args.fd is not None:
         channel = _channel(args.fd)
         return asyncio.run(_within(lifespan, lambda _drain: _run_child(channel, token, handlers, status,
-                                                                       str(view.root), digest, allowed)))
+                                                                       str(view.root), digest, allowed, spin_s)))
     path = Path(args.socket)
     shared = any(uid != os.geteuid() for uid in allowed)  # a server of another uid attaches
     lock_fd = daemon.lock_pid_file(path.parent / daemon.PID_FILE, shared=shared)
@@ -85,7 +87,8 @@ def _serve_hardened(args: ServeArgs) -> int:
         try:
             _log.info("serving %s on %s for uid(s) %s", view.root, path, ", ".join(map(str, allowed)))
             asyncio.run(_within(lifespan, lambda drain: _run_listener(listener, token, handlers, status,
-                                                                      str(view.root), digest, allowed, drain)))
+                                                                      str(view.root), digest, allowed, drain,
+                                                                      spin_s)))
         finally:
             sockets.unlink_if_ours(path.parent, identity, path.name)
             listener.close()
@@ -145,7 +148,8 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
 
 
 async def _run_child(channel: socket.socket, token: bytes, handlers: Mapping[str, Handler],
-                     status: Callable[[], dict], root: str, digest: str | None, allowed: Sequence[int]) -> int:
+                     status: Callable[[], dict], root: str, digest: str | None, allowed: Sequence[int],
+                     spin_s: float) -> int:
     stop = asyncio.Event()
     _stop_on_signals(stop)
     _pid, uid, _gid = sockets.peer_credentials(channel)
@@ -153,7 +157,8 @@ async def _run_child(channel: socket.socket, token: bytes, handlers: Mapping[str
         channel.close()
         raise StartError(f"the peer of --fd runs as uid {uid}, which is not allowed (--allow-uid)")
     serving = asyncio.create_task(serve_connection(channel, token, handlers, status, workspace=root,
-                                                   policy_digest=digest, stop=stop, errors=_errors(handlers)))
+                                                   policy_digest=digest, stop=stop, errors=_errors(handlers),
+                                                   lane_spin_s=spin_s))
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
     for task in (serving, stopping):
@@ -164,11 +169,12 @@ async def _run_child(channel: socket.socket, token: bytes, handlers: Mapping[str
 
 async def _run_listener(listener: socket.socket, token: bytes, handlers: Mapping[str, Handler],
                         status: Callable[[], dict], root: str, digest: str | None, allowed: Sequence[int],
-                        drain: Drain | None) -> None:
+                        drain: Drain | None, spin_s: float) -> None:
     stop = asyncio.Event()
     _stop_on_signals(stop)
     await serve_listener(listener, token, handlers, status, allowed_uids=allowed, workspace=root,
-                         policy_digest=digest, stop=stop, errors=_errors(handlers), drain=drain)
+                         policy_digest=digest, stop=stop, errors=_errors(handlers), drain=drain,
+                         lane_spin_s=spin_s)
 
 
 def _errors(handlers: Mapping[str, Handler]):  # noqa: ANN202 - service.ErrorMapper | None

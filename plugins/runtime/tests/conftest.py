@@ -108,6 +108,13 @@ RUNNER_POLICY = '[filesystem]\npaths = { "secret" = "none", "vendor" = "read" }\
 
 @pytest.fixture
 def runner_worker(tmp_path):
+    worker = start_runner_worker(tmp_path, RUNNER_POLICY)
+    yield worker
+    stop_worker(worker)
+
+
+def start_runner_worker(tmp_path: Path, policy_text: str) -> Worker:
+    """A runner worker on a path socket under ``policy_text``; :func:`stop_worker` ends it."""
     ws = tmp_path / "ws"
     for rel, text in {"ok.txt": "fine\n", "secret/key.txt": "k\n", "vendor/lib.txt": "v\n", ".git/config": "c\n"}.items():
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +124,7 @@ def runner_worker(tmp_path):
     token_file = tmp_path / "token"
     token = make_token(token_file)
     policy = tmp_path / "policy.toml"
-    policy.write_text(RUNNER_POLICY)
+    policy.write_text(policy_text)
     env = {**os.environ, "CODESPACE_STATE_DIR": str(tmp_path / "state"), "CODESPACE_WORKER_POLICY": str(policy)}
     proc = subprocess.Popen(worker_argv("serve", "--workspace", str(ws), "--socket", str(directory / "worker.sock"),
                                         "--token-file", str(token_file)),
@@ -125,8 +132,7 @@ def runner_worker(tmp_path):
     wait_for_socket(directory / "worker.sock", proc)
     worker = Worker(proc, directory / "worker.sock", token, token_file, ws)
     worker.policy = policy  # type: ignore[attr-defined]
-    yield worker
-    stop_worker(worker)
+    return worker
 
 
 async def runner_client(worker) -> WorkerClient:
