@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -123,3 +124,53 @@ def test_run_py_workspace_options_are_passed_to_prepare():
         sys.path.pop(0)
     assert run.workspace_options(["--transport", "http", "-w", "/x", "--policy=/p", "--port", "1",
                                   "--state-dir", "/s"]) == ["-w", "/x", "--policy=/p", "--state-dir", "/s"]
+
+
+def _editable(site, dist: str, mapping: dict, namespaces: dict | None = None) -> None:
+    """What setuptools writes for an editable install: a .pth importing a finder module."""
+    module = f"__editable___{dist}_1_0_finder"
+    (site / f"__editable__.{dist}-1.0.pth").write_text(f"import {module}; {module}.install()")
+    (site / f"{module}.py").write_text(
+        "import sys\n"
+        f"MAPPING: dict[str, str] = {mapping!r}\n"
+        f"NAMESPACES: dict[str, list[str]] = {namespaces or {}!r}\n"
+        "class _F:\n"
+        "    @classmethod\n"
+        "    def find_spec(cls, name, path=None, target=None):\n"
+        "        import importlib.util, os\n"
+        "        where = MAPPING.get(name)\n"
+        "        return where and importlib.util.spec_from_file_location(\n"
+        "            name, os.path.join(where, '__init__.py'), submodule_search_locations=[where])\n"
+        "def install():\n"
+        "    sys.meta_path.append(_F)\n")
+
+
+def test_run_py_serves_plain_editable_installs_with_one_light_finder(tmp_path):
+    # A real venv and real .pth processing: plain mappings are taken over, others left alone.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    src = tmp_path / "src"
+    for package in ("alpha", "beta", "gamma_dir"):
+        (src / package).mkdir(parents=True)
+        (src / package / "__init__.py").write_text(f"NAME = {package!r}\n")
+    _editable(site, "alpha", {"alpha": str(src / "alpha"), "beta": str(src / "beta")})
+    _editable(site, "renamed", {"gamma": str(src / "gamma_dir")})  # a name that is not its directory's
+    _editable(site, "spaces", {"delta": str(src / "delta")}, {"delta": [str(src / "delta")]})
+    sys.path.insert(0, str(REPO))
+    try:
+        import run
+    finally:
+        sys.path.remove(str(REPO))
+    run.light_editable_finders(venv)
+    assert (site / "__editable__.alpha-1.0.pth").read_text().startswith("#")
+    assert (site / "__editable__.renamed-1.0.pth").read_text().startswith("import ")
+    assert (site / "__editable__.spaces-1.0.pth").read_text().startswith("import ")
+    assert list((site / "__pycache__").glob(f"{run.CHECKOUT_FINDER}.*.pyc")), "the finder was not compiled"
+    probe = ("import alpha, beta, gamma, sys; print(alpha.__file__, beta.__file__, gamma.NAME, "
+             "'pathlib' in sys.modules, any(getattr(f, '__name__', '') == 'CheckoutFinder' for f in sys.meta_path))")
+    shown = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True,
+                           timeout=60, env={"PATH": os.environ.get("PATH", "")})
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == [str(src / "alpha" / "__init__.py"), str(src / "beta" / "__init__.py"),
+                                    "gamma_dir", "False", "True"]
