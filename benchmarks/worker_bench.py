@@ -17,12 +17,8 @@ A contender that fails to start or answer fails the benchmark (exit 1), nothing 
 
     .venv/bin/python benchmarks/worker_bench.py --section protocol [--rounds 5] [--calls 400]
 
-Section ``read_file``: the MCP ``read_file`` call on a small file, p50, through a real
-``codespace serve`` over stdio with ``[runtime] worker = "off"`` (in-process) and ``"child"``
-(the worker performs the read), the two servers interleaved round by round. Each round checks in
-``workspace_info`` that the child server's worker is serving (else the benchmark fails).
-
-    .venv/bin/python benchmarks/worker_bench.py --section read_file [--rounds 7] [--calls 300]
+The MCP ``read_file`` call through the worker against in-process, with three clients, is
+``worker_read_bench.py`` (it was this file's ``read_file`` section until 2026-12-04).
 
 Section ``lane``: ``fs.read_file`` of a small file through a runner worker
 (``codespace-worker serve --fd N``, codespace-fs), p50 per round, median over rounds, interleaved:
@@ -31,8 +27,11 @@ and the runner's own handler called in this process (the work with no process ho
 
     .venv/bin/python benchmarks/worker_bench.py --section lane [--rounds 5] [--calls 400]
 
-Sections ``exec`` and ``pty``, the same way: ``exec`` of ``true`` (p50 ms; sandboxed by the default
-policy in both, so the worker's own sandbox launcher is measured against the server's), and a
+Sections ``exec`` and ``pty``: a real ``codespace serve`` over stdio with ``[runtime] worker =
+"off"`` (in-process) and ``"child"``, interleaved round by round (each round checks in
+``workspace_info`` that the child server's worker serves): ``exec`` of ``true`` (p50 ms; sandboxed
+by the default policy in both, so the worker's own sandbox launcher is measured against the
+server's), and a
 terminal's throughput (MiB/s: ``tty`` exec printing about 4 MiB, ``lossless``, drained with
 read_output; median of ``calls // 20`` runs per round). Targets (issue 14): exec at most 1.2x,
 PTY throughput at least 0.8x in-process.
@@ -271,20 +270,7 @@ async def _pty_throughput(client, worker: str, calls: int) -> float:
     return statistics.median(rates)
 
 
-async def _read_file(client, worker: str, calls: int) -> float:
-    samples = []
-    for i in range(20 + calls):
-        start = time.perf_counter()
-        result = await client.call_tool("read_file", {"path": "a.txt"})
-        elapsed = (time.perf_counter() - start) * 1000
-        if result.is_error or result.structured_content["content"] != READ_TEXT:
-            raise SystemExit(f"read_file with worker={worker} failed: {result.content[0].text[:300]}")
-        if i >= 20:
-            samples.append(elapsed)
-    return statistics.median(samples)
-
-
-WORKLOADS = {"read_file": _read_file, "exec": _exec_true, "pty": _pty_throughput}
+WORKLOADS = {"exec": _exec_true, "pty": _pty_throughput}
 
 
 async def _round(ws: str, state: str, policy: str, worker: str, calls: int, workload: str) -> float:
