@@ -65,29 +65,17 @@ def ensure_venv() -> tuple[Path, bool]:
 
 
 CHECKOUT_FINDER = "_codespace_checkout"
-_FINDER_SOURCE = '''"""Written by run.py: how this venv finds the CodeSpace checkout's packages (editable installs).
-
-One finder for every package, in place of one setuptools finder module per distribution, each of
-which imports pathlib and importlib.util into every process the venv starts (about 9 ms of each
-start here; codespace-apply-patch's whole run is about 15). Names map to the directories
-setuptools recorded; the path machinery takes it from there, so modules keep their real paths.
-"""
-import os
-import sys
-
-MAPPING = {mapping!r}
-_PathFinder = sys.modules["_frozen_importlib_external"].PathFinder
-
-
-class CheckoutFinder:
-    @classmethod
-    def find_spec(cls, fullname, path=None, target=None):
-        where = MAPPING.get(fullname)
-        return None if where is None else _PathFinder.find_spec(fullname, [os.path.dirname(where)])
-
-
-sys.meta_path.append(CheckoutFinder)
-'''
+_FINDER_PTH = (
+    "# Written by run.py: one finder for the CodeSpace checkout's editable packages, in place of\n"
+    "# setuptools' finder module per distribution (each imported pathlib and importlib.util into\n"
+    "# every process of this venv: about 9 ms of each start here). A name maps to the directory\n"
+    "# holding its package; the interpreter's own path machinery takes it from there, so modules\n"
+    "# keep their real paths. A line of code, not a module: importing one would cost a listing\n"
+    "# of site-packages at every start.\n"
+    "import sys; sys.meta_path.append(type('CheckoutFinder', (), {{'PARENTS': {parents!r}, 'find_spec': "
+    "classmethod(lambda cls, name, path=None, target=None: None if name not in cls.PARENTS else "
+    "sys.modules['_frozen_importlib_external'].PathFinder.find_spec(name, [cls.PARENTS[name]]))}}))\n"
+)
 
 
 def light_editable_finders(venv: Path) -> None:
@@ -96,8 +84,9 @@ def light_editable_finders(venv: Path) -> None:
     setuptools writes, per distribution, a ``.pth`` file that imports a finder module of its
     own. Each whose mapping is plain (top-level names, each the name of its directory, no
     namespace packages) is taken over: its ``.pth`` file is emptied and its names go into one
-    module that uses only the interpreter's frozen path machinery. Anything else is left as
-    setuptools wrote it. Run after every install (pip writes them again)."""
+    line of ``CHECKOUT_FINDER.pth`` that uses only the interpreter's frozen path machinery.
+    Anything else is left as setuptools wrote it. Run after every install (pip writes them
+    again)."""
     import ast
     import re
 
@@ -121,15 +110,10 @@ def light_editable_finders(venv: Path) -> None:
             taken.append(pth)
         if not taken:
             continue
-        module = site / f"{CHECKOUT_FINDER}.py"
-        module.write_text(_FINDER_SOURCE.format(mapping=dict(sorted(mapping.items()))))
-        # Compiled now, as pip compiles what it installs: a process that may not write bytecode
-        # (PYTHONDONTWRITEBYTECODE) would otherwise compile it at every start.
-        _to_stderr([str(venv / "bin" / "python"), "-c",
-                    "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)", str(module)])
-        (site / f"{CHECKOUT_FINDER}.pth").write_text(f"import {CHECKOUT_FINDER}\n")
+        parents = {name: os.path.dirname(path) for name, path in sorted(mapping.items())}
+        (site / f"{CHECKOUT_FINDER}.pth").write_text(_FINDER_PTH.format(parents=parents))
         for pth in taken:
-            pth.write_text(f"# run.py: found by {CHECKOUT_FINDER} (see {CHECKOUT_FINDER}.py)\n")
+            pth.write_text(f"# run.py: found by the finder in {CHECKOUT_FINDER}.pth\n")
 
 
 WORKSPACE_OPTIONS = ("--workspace", "-w", "--policy", "--state-dir")
