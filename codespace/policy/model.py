@@ -222,8 +222,9 @@ class RuntimePolicy(_Strict):
     next frame before it sleeps, in microseconds; 0 sleeps at once. A process that sleeps takes
     tens of microseconds to wake (about 70 on a virtual machine without halt polling), once on
     each side of every read; polling keeps reads that follow each other closely off that path.
-    It costs at most this much CPU per read in the server (waiting for an answer it waits for
-    anyway) and in the worker (only while the previous read came within this window)."""
+    It costs at most this much CPU (1 ms at most) per read in the server, waiting for an answer
+    it waits for anyway, and this much in the worker once a burst of reads ends (it polls only
+    while the previous read came within this window)."""
 
     @field_validator("daemon_dir")
     @classmethod

@@ -150,7 +150,7 @@ class _Waiting:
                 pass
 
     def got_request(self) -> None:
-        self._close_together = 0 < time.perf_counter() - self._since <= self._spin_s
+        self._close_together = time.perf_counter() - self._since <= self._spin_s
 
 
 def _send(sock: socket.socket, frame: dict) -> bool:
