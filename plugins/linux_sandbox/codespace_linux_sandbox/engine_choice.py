@@ -8,6 +8,7 @@ fails); Landlock where the kernel offers it; both need the seccomp filters to co
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -27,10 +28,28 @@ class BwrapProbe:
     detail: str
 
 
+@cache
 def may_make_pid_namespaces() -> bool:
-    """Whether helpers (this process's credentials) hold CAP_SYS_ADMIN, which ``unshare(CLONE_NEWPID)``
-    needs: then bwrap runs as PID 1 of the helper's own namespace (see :mod:`.supervise`)."""
-    return has_cap_sys_admin()
+    """Whether helpers (this process's credentials) make bwrap PID 1 of a PID namespace of their
+    own: with CAP_SYS_ADMIN, or (a server that is not root) inside a user namespace of their own
+    (:func:`.supervise.own_user_namespace`). Asked once per process, of a forked child made
+    non-dumpable as helpers are."""
+    if has_cap_sys_admin():
+        return True
+    if os.geteuid() == 0:
+        return False  # a root server's helpers give commands another uid: no user namespace of their own
+    from . import libc, supervise  # loaded before the fork: the child imports nothing
+
+    pid = os.fork()
+    if pid == 0:
+        code = 2
+        try:
+            libc.prctl(libc.PR_SET_DUMPABLE, 0, 0, 0, 0)
+            supervise.own_user_namespace()
+            code = 0 if libc.unshare(libc.CLONE_NEWPID) == 0 else 1
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
 @cache

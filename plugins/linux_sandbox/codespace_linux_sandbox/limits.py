@@ -51,9 +51,10 @@ LANDLOCK = [
 
 BUBBLEWRAP_WITHOUT_PID_NAMESPACE = (
     "a helper killed with SIGKILL while bwrap builds the sandbox (its first milliseconds: a timeout of a few ms, "
-    "an early terminate) can leave the command running, confined, until it ends: without CAP_SYS_ADMIN the helper "
-    "cannot make bwrap PID 1 of a PID namespace of its own, and bwrap's init asks to die with it only once the "
-    "sandbox is built"
+    "an early terminate) can leave the command running, confined, until it ends: without CAP_SYS_ADMIN or a user "
+    "namespace of its own the helper cannot make bwrap PID 1 of a PID namespace of its own, and bwrap's init asks to "
+    "die with it only once the sandbox is built; and Ctrl-C on a terminal session can end the sandbox (bwrap dies "
+    "of it) instead of reaching only the command"
 )
 
 

@@ -27,9 +27,18 @@ in the namespaces nested in it. The outer bwrap asks for SIGKILL on the helper's
 after cloning, before it writes ``--info-fd`` and before it lets the sandbox's init go on
 (bubblewrap 0.8.0, seen with strace); a helper that died before that leaves no reader on the
 info pipe, so the write raises SIGPIPE and ends bwrap all the same. bwrap reports the init's
-pid in its own namespace; the helper translates it. A helper that may not make a namespace
-(no CAP_SYS_ADMIN) starts bwrap as before, and the gap is listed among what the sandbox
-cannot enforce.
+pid in its own namespace; the helper translates it.
+
+Being PID 1 of a namespace also keeps a terminal's signals off bwrap: a tty session's command
+keeps the helper's session and process group (its controlling terminal), so Ctrl-C signals
+the outer bwrap too, and a namespace's init ignores a signal it has no handler for. A bwrap
+that is not PID 1 dies of SIGINT, and its init and the command with it (seen as an
+unprivileged server: a ``trap ... INT`` lost about one time in three).
+
+Without CAP_SYS_ADMIN the helper first enters a user namespace of its own that maps only its
+uid and gid (:func:`own_user_namespace`; what bwrap itself does to build the sandbox), where it
+has the capability. A helper that may not make one either (user namespaces refused to it)
+starts bwrap as before, and the gap is listed among what the sandbox cannot enforce.
 
 When the server dies, the helper gets its parent-death signal (SIGTERM), forwards it, and
 gives the command :data:`PARENT_DEATH_GRACE_S` to end before it kills the sandbox: nothing
@@ -44,6 +53,7 @@ import posix
 import time
 
 from . import libc
+from .capabilities import has_cap_sys_admin
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs time on every command
 if TYPE_CHECKING:
@@ -165,6 +175,39 @@ def reraise_or_code(code: int, received: list[int]) -> int:
     return code if code >= 0 else 128 - code
 
 
+def own_user_namespace() -> bool:
+    """Without CAP_SYS_ADMIN, enter a user namespace of our own, mapping only this process's uid
+    and gid to themselves (nothing it creates or reads changes owner), in which it holds the
+    capability that :func:`run_bwrap`'s ``unshare(CLONE_NEWPID)`` needs; whether it entered one.
+
+    Call it before any thread starts (the kernel refuses a user namespace to a process with
+    threads), as the PID namespace must come after them (a process whose children go to another
+    PID namespace may start no thread). Raises OSError when the namespace was made but its ids
+    could not be mapped: this process cannot go on with unmapped ids."""
+    if has_cap_sys_admin():
+        return False
+    uid, gid = posix.getuid(), posix.getgid()
+    if libc.unshare(libc.CLONE_NEWUSER) != 0:
+        return False
+    # A hardened (non-dumpable) process's /proc files are root's, its maps included, so it could
+    # not write them: dumpable for these three writes. Only the server's own uid could use the
+    # moment, and it can trace the server itself; sandboxed commands cannot reach this process.
+    hardened = libc.prctl(libc.PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
+    if hardened:
+        libc.prctl(libc.PR_SET_DUMPABLE, 1, 0, 0, 0)
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            fd = posix.open(f"/proc/self/{name}", posix.O_WRONLY)
+            try:
+                posix.write(fd, text.encode())
+            finally:
+                posix.close(fd)
+    finally:
+        if hardened and libc.prctl(libc.PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            raise OSError(libc.errno(), "prctl(PR_SET_DUMPABLE, 0) failed after mapping the ids")
+    return True
+
+
 def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: list[str], pass_fds: list[int],
               after_spawn: "Callable[[int], None]",
               sandbox_ready: "Callable[[int], None] | None" = None, own_session: bool = True,
@@ -194,7 +237,8 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
         # bwrap becomes PID 1 of a namespace of ours (module docstring): it asks for SIGKILL on our
         # death right after cloning the sandbox, and only then writes --info-fd; had we died before
         # it asked, that write fails (we hold the only read end) and SIGPIPE ends it. Either way
-        # the kernel then ends every process in the namespace. No CAP_SYS_ADMIN: as before.
+        # the kernel then ends every process in the namespace. CAP_SYS_ADMIN (here, or in the user
+        # namespace of own_user_namespace) is what it takes; without: as before.
         forward.leads_namespace = libc.unshare(libc.CLONE_NEWPID) == 0
         # identity (server as root): bwrap starts as the unprivileged run_as, in its idmapped view
         # (see .identity); the helper itself is root again and back in the host's view right after.

@@ -6,6 +6,7 @@ in the workspace belongs to the workspace's owner (issue 12, item 1).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -45,7 +46,7 @@ def open_base():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _serve(base: Path, engine: str, server: str) -> subprocess.Popen:
+def _serve(base: Path, engine: str, server: str, plugins: str = "linux_sandbox") -> subprocess.Popen:
     ws = base / "ws"
     (ws / "sub").mkdir(parents=True)
     (ws / ".git").mkdir()
@@ -53,7 +54,7 @@ def _serve(base: Path, engine: str, server: str) -> subprocess.Popen:
     policy = base / "policy.toml"
     policy.write_text(f'[sandbox]\nengine = "{engine}"\n')
     env = {k: v for k, v in os.environ.items() if k != "CODESPACE_PLUGINS_BLOCK"}
-    env["CODESPACE_PLUGINS_ALLOW"] = "linux_sandbox"
+    env["CODESPACE_PLUGINS_ALLOW"] = plugins
     argv = [sys.executable]
     if server != "root":
         for path in [ws, *ws.rglob("*")]:
@@ -138,3 +139,35 @@ def test_no_command_acts_as_host_root(open_base: Path, engine: str, server: str)
         while live_pids_in([marker]) and time.monotonic() < deadline:
             time.sleep(0.05)
     assert {k: open(k).read() for k in before} == before
+
+
+INTERRUPTIBLE = "trap 'echo interrupted; exit 130' INT; echo ready; while :; do sleep 0.1; done"
+
+
+@pytest.mark.parametrize("server", ["root", "user"])
+def test_ctrl_c_on_a_sandboxed_terminal_reaches_only_the_command(open_base: Path, server: str):
+    """Ctrl-C on a bubblewrap terminal session signals the terminal's foreground group, which
+    holds the outer bwrap too (the command keeps the terminal). As PID 1 of a namespace bwrap
+    ignores it and the command's trap runs; a bwrap that was not (an unprivileged server's,
+    before its helper made a user namespace of its own) died of it about one time in three,
+    taking the sandbox and the trap's output with it."""
+    from conftest import require_engine
+
+    require_engine("bubblewrap")
+    if importlib.util.find_spec("codespace_pty") is None:
+        pytest.skip("needs the pty plugin")
+    proc = _serve(open_base, "bubblewrap", server, plugins="linux_sandbox,pty")
+    try:
+        session = _Session(proc)
+        for attempt in range(12):
+            started = session.tool("exec", {"command": INTERRUPTIBLE, "tty": True, "yield_ms": 3000})
+            assert "ready" in started["output"] and started["running"], started
+            done = session.tool("write_stdin", {"session_id": started["session_id"], "chars": "\x03",
+                                                "yield_ms": 5000})
+            assert "interrupted" in done["output"] and done["exit_code"] == 130, (attempt, done)
+        # and the supervision gap a PID namespace closes is not stated
+        assert not [line for line in session.tool("workspace_info", {})["sandbox"]["cannot_enforce"]
+                    if "PID namespace" in line]
+    finally:
+        proc.kill()
+        proc.wait()

@@ -82,7 +82,7 @@ async def test_timeouts_of_a_few_milliseconds_leave_nothing_running(app_for, eng
     """The watchdog's SIGKILL lands while the sandbox is still being built: nothing of the
     command may outlive the call (bwrap's init used to, running the command to its end)."""
     if engine == "bubblewrap" and not may_make_pid_namespaces():
-        pytest.skip("without CAP_SYS_ADMIN: the gap workspace_info lists under cannot_enforce")
+        pytest.skip("without CAP_SYS_ADMIN or user namespaces: the gap workspace_info lists under cannot_enforce")
     marker = "sleep 86393"
     try:
         async with connect(app_for(), mode=mode) as client:
@@ -145,8 +145,8 @@ async def test_workspace_info_states_engine_and_limits(app_for, engine, mode):
         assert sandbox["engine"] == engine and sandbox["available"] is True
         assert sandbox["landlock_abi"] is not None
         # bubblewrap enforces every rule here but protected names not yet there below the top of the
-        # workspace (its list also names a failed /proc preflight, or, without CAP_SYS_ADMIN, that a
-        # helper killed during set-up can leave its command running)
+        # workspace (its list also names a failed /proc preflight, or, without CAP_SYS_ADMIN or user
+        # namespaces, that a helper killed during set-up can leave its command running)
         assert PROTECTED_BELOW in sandbox["cannot_enforce"]
         rest = [line for line in sandbox["cannot_enforce"] if line != PROTECTED_BELOW]
         if engine == "landlock":

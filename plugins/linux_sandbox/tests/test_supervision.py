@@ -122,8 +122,8 @@ def test_a_sandbox_killed_before_its_helper_ends_the_helper_by_sigkill(sandbox_e
 
 def _require_own_pid_namespace(engine: str) -> None:
     if engine == "bubblewrap" and not may_make_pid_namespaces():
-        pytest.skip("without CAP_SYS_ADMIN bwrap cannot lead a PID namespace of the helper's: the gap "
-                    "workspace_info lists under cannot_enforce")
+        pytest.skip("without CAP_SYS_ADMIN or user namespaces bwrap cannot lead a PID namespace of the helper's: "
+                    "the gap workspace_info lists under cannot_enforce")
 
 
 def test_nothing_survives_a_helper_killed_while_the_sandbox_is_built(sandbox_env):
@@ -166,6 +166,7 @@ def test_a_helper_dead_before_bwrap_asks_to_die_with_it_still_ends_the_sandbox()
     pid = os.fork()
     if pid == 0:
         try:
+            supervise.own_user_namespace()  # as the engine does first, where it lacks CAP_SYS_ADMIN
             supervise.run_bwrap(
                 shutil.which("bwrap"),
                 lambda info_fd, block_fd: ["--unshare-pid", "--unshare-net", "--die-with-parent", "--new-session",
@@ -186,7 +187,9 @@ def test_a_helper_dead_before_bwrap_asks_to_die_with_it_still_ends_the_sandbox()
 
 def test_without_cap_sys_admin_bwrap_starts_as_before(sandbox_env):
     """A helper that may not make a PID namespace spawns bwrap in the caller's, as before:
-    commands run, and signals still reach them."""
+    commands run, and signals still reach them. Here the server is root, so the helper gives the
+    command the workspace owner's uid, and makes no user namespace of its own (it would map no
+    uid to switch to); a server of another uid takes that road instead (test_identity_mcp)."""
     if sandbox_env.sandbox.choice().engine != "bubblewrap" or sandbox_env.start != "wrap":
         pytest.skip("the bubblewrap engine's helper, started per command")
     if not shutil.which("setpriv") or os.geteuid() != 0:
@@ -224,7 +227,7 @@ def _children_in_own_namespace(pid: int) -> list[int]:
 
 def test_bwrap_leads_a_pid_namespace_of_the_helper(sandbox_env):
     if sandbox_env.sandbox.choice().engine != "bubblewrap" or not may_make_pid_namespaces():
-        pytest.skip("only the bubblewrap engine, with CAP_SYS_ADMIN")
+        pytest.skip("only the bubblewrap engine, with CAP_SYS_ADMIN or user namespaces")
     proc = sandbox_env.popen(["/bin/sh", "-c", "echo ready; exec sleep 30"])
     try:
         _wait_for(proc, b"ready")
@@ -239,9 +242,25 @@ def test_bwrap_leads_a_pid_namespace_of_the_helper(sandbox_env):
 
 
 def _unshare_works() -> bool:
+    """What the kernel says, asked without the plugin: a PID namespace directly, else (not as root,
+    whose helpers switch uid) inside a user namespace that maps this uid and gid (from a
+    non-dumpable process, as helpers are)."""
+    uid, gid = os.getuid(), os.getgid()
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if libc.unshare(libc.CLONE_NEWPID) == 0 else 1)
+        code = 1
+        try:
+            libc.prctl(libc.PR_SET_DUMPABLE, 0, 0, 0, 0)
+            if libc.unshare(libc.CLONE_NEWPID) == 0:
+                code = 0
+            elif uid != 0 and libc.unshare(libc.CLONE_NEWUSER | libc.CLONE_NEWPID) == 0:
+                libc.prctl(libc.PR_SET_DUMPABLE, 1, 0, 0, 0)
+                for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                    with open(f"/proc/self/{name}", "w") as f:
+                        f.write(text)
+                code = 0
+        finally:
+            os._exit(code)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 
