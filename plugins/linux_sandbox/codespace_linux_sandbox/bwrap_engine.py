@@ -54,10 +54,7 @@ def run_in_helper(hs: dict, seccomp_fd: int | None, *, hardened: bool, userns_fd
     hardening = _HardenDuringSetup(hardened)
     command, pass_fds = hs["command"]["argv"], [] if seccomp_fd is None else [seccomp_fd]
     try:
-        # Before the broker's thread (see there). Not when the helper gives the command another
-        # uid (server as root): its own namespace would map no uid to switch to.
-        if identity is None:
-            supervise.own_user_namespace()
+        supervise.own_user_namespace()  # before the broker's thread: see there
     except OSError as exc:
         return fail(f"cannot map this helper's ids in its own user namespace: {exc.strerror or exc}")
     try:

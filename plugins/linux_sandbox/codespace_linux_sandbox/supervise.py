@@ -183,8 +183,9 @@ def own_user_namespace() -> bool:
     Call it before any thread starts (the kernel refuses a user namespace to a process with
     threads), as the PID namespace must come after them (a process whose children go to another
     PID namespace may start no thread). Raises OSError when the namespace was made but its ids
-    could not be mapped: this process cannot go on with unmapped ids."""
-    if has_cap_sys_admin():
+    could not be mapped: this process cannot go on with unmapped ids. Root makes none: a root
+    server's helpers give commands another uid, which such a namespace would not map."""
+    if posix.geteuid() == 0 or has_cap_sys_admin():
         return False
     uid, gid = posix.getuid(), posix.getgid()
     if libc.unshare(libc.CLONE_NEWUSER) != 0:
