@@ -8,6 +8,7 @@ after, and the cases it must hand back to importlib.metadata (None)."""
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import marshal
 import sys
 import zipfile
 from pathlib import Path
@@ -99,3 +100,57 @@ def test_discovered_entry_points_give_what_importlib_metadatas_do(example_plugin
         assert mine.dist.metadata.get_all("Project-URL") == reference.dist.metadata.get_all("Project-URL")
     example = next(e for e in ours if e.name == "example")
     assert example.load() is next(e for e in theirs if e.name == "example").load()
+
+
+def _age(*roots: Path, seconds: int = 60) -> None:
+    """Date every file and directory below ``roots`` (and the roots) ``seconds`` back."""
+    import os
+    import time
+
+    then = time.time() - seconds
+    for root in roots:
+        for path in [root, *root.rglob("*")]:
+            os.utime(path, (then, then))
+
+
+def test_a_kept_answer_holds_until_what_it_was_read_from_changes(tmp_path: Path, monkeypatch) -> None:
+    from codespace.contract.installed import kept_answer, scan_to_keep
+
+    site = tmp_path / "site"
+    _dist(site, "one-1.0.dist-info", "[codespace.plugins]\none = one.plugin\n")
+    _dist(site, "quiet-1.0.dist-info", None)
+    monkeypatch.setattr(sys, "path", [str(site), str(tmp_path / "missing")])
+    fresh, record = scan_to_keep()
+    assert fresh == [("one", "one.plugin")] and record is None  # just written: too recent to keep
+    _age(site)
+    answer, record = scan_to_keep()
+    assert answer == fresh == entry_points() and record is not None
+    assert kept_answer(marshal.loads(marshal.dumps(record))) == answer  # what the code cache writes and reads
+
+    def changed(change) -> list | None:  # noqa: ANN001
+        change()
+        return kept_answer(record)
+
+    entry = site / "one-1.0.dist-info" / "entry_points.txt"
+    assert changed(lambda: entry.write_text("[codespace.plugins]\none = one.other\n")) is None  # edited in place
+    _age(site)
+    answer, record = scan_to_keep()
+    assert answer == [("one", "one.other")] and kept_answer(record) == answer
+    assert changed(lambda: _dist(site, "two-1.0.dist-info", "[codespace.plugins]\ntwo = two\n")) is None  # installed
+    _age(site)
+    answer, record = scan_to_keep()
+    assert changed(lambda: (site / "quiet-1.0.dist-info" / "entry_points.txt").write_text("")) is None  # added
+    _age(site)
+    answer, record = scan_to_keep()
+    assert changed(lambda: (tmp_path / "missing").mkdir()) is None  # a directory on the path appeared
+    _age(site, tmp_path / "missing")
+    answer, record = scan_to_keep()
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])
+    assert kept_answer(record) is None  # another path
+
+
+@pytest.mark.parametrize("record", [None, 3, (), ("a", "b"), ([("x", 1)], (), ()), ([], "path", ()), b"junk"])
+def test_anything_but_a_kept_record_is_no_answer(record: object) -> None:
+    from codespace.contract.installed import kept_answer
+
+    assert kept_answer(record) is None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 GROUP = "codespace.plugins"
 _SUFFIXES = (".dist-info", ".egg-info")
@@ -106,6 +107,13 @@ def entry_points(group: str = GROUP, path: list[str] | None = None) -> list[tupl
 
 def located_entry_points(group: str = GROUP, path: list[str] | None = None) -> list[tuple[str, str, str]] | None:
     """The same, each with the metadata directory of the distribution that declares it."""
+    scanned = _scan(group, path)
+    return None if scanned is None else scanned[0]
+
+
+def _scan(group: str, path: list[str] | None) -> tuple[list[tuple[str, str, str]], list[str], list[str]] | None:
+    """The entry points, the metadata directories looked in and the ``entry_points.txt``
+    files read."""
     if path is None:
         if not _standard_finders_only():
             return None
@@ -114,9 +122,11 @@ def located_entry_points(group: str = GROUP, path: list[str] | None = None) -> l
     if distributions is None:
         return None
     found: list[tuple[str, str, str]] = []
+    files: list[str] = []
     for directory in distributions:
+        file = os.path.join(directory, "entry_points.txt")
         try:
-            with open(os.path.join(directory, "entry_points.txt"), encoding="utf-8") as f:
+            with open(file, encoding="utf-8") as f:
                 text = f.read()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
             continue  # importlib.metadata reads these as "no entry points" too
@@ -125,8 +135,62 @@ def located_entry_points(group: str = GROUP, path: list[str] | None = None) -> l
         parsed = _entry_points(text)
         if parsed is None:
             return None
+        files.append(file)
         found.extend((name, value, directory) for section, name, value in parsed if section == group)
-    return found
+    return found, distributions, files
+
+
+# A scan's answer is kept only when every file and directory it read is older than this: a
+# change made within the same tick of the file system's clock as the scan would leave the
+# same time behind (git's "racily clean" entries, the same problem).
+SETTLED_NS = 2_000_000_000
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+def scan_to_keep(group: str = GROUP) -> tuple[list[tuple[str, str]] | None, tuple | None]:
+    """:func:`entry_points` on ``sys.path``, and a record of the answer with what it was read
+    from, for a one-shot process to keep until :func:`kept_answer` finds a change (None when
+    the answer cannot be kept: no answer, or inputs changed too recently to tell).
+
+    What the answer depends on: each directory on the path (a distribution installed or
+    removed changes its listing, hence its time), each distribution's metadata directory (an
+    ``entry_points.txt`` added or removed) and each ``entry_points.txt`` read (edited in place).
+    The record holds only strings, ints, tuples and None (``marshal`` can write it)."""
+    scanned = _scan(group, None)
+    if scanned is None:
+        return None, None
+    found, distributions, files = scanned
+    answer = [(name, value) for name, value, _ in found]
+    path = tuple(sys.path)
+    stamps = tuple((p, _stamp(p or ".")) for p in (*path, *distributions, *files))
+    newest = max((stamp[0] for _, stamp in stamps if stamp is not None), default=0)
+    if newest > time.time_ns() - SETTLED_NS:
+        return answer, None
+    return answer, (tuple(answer), path, stamps)
+
+
+def kept_answer(record: object) -> list[tuple[str, str]] | None:
+    """The answer in a record of :func:`scan_to_keep` while nothing it was read from has
+    changed and the path is the same, else None (so is anything not such a record)."""
+    try:
+        answer, path, stamps = record  # type: ignore[misc]
+        if path != tuple(sys.path) or not _standard_finders_only():
+            return None
+        for p, stamp in stamps:
+            if _stamp(p or ".") != stamp:
+                return None
+        if all(type(name) is str and type(value) is str for name, value in answer):
+            return list(answer)
+    except (TypeError, ValueError):
+        pass
+    return None
 
 
 def load_value(value: str) -> object:

@@ -15,6 +15,10 @@ and only from code whose ``.pyc`` matched its source then; anything else (a miss
 short or foreign file, a changed source) falls through to the normal import and marks
 the cache to be written again at exit. Whoever can write this package's ``__pycache__``
 could already replace its ``.pyc`` files, so the file adds no way in.
+
+The same file keeps a few answers for the next run (:func:`remember`, :func:`remembered`):
+the installed plugins, which the command typed in a shell would otherwise find by reading
+every distribution's metadata at each start. Whoever asks checks that an answer still holds.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import os
 import sys
 
 MAGIC = b"CSCC"  # then the index's length (4 bytes, little-endian), the index, the code
-FORMAT = 1
+FORMAT = 2  # 2: the head holds the memo too
 PREFIX = "helper-road."
 KEEP = 8  # cache files per directory, the most recently written
 
@@ -82,6 +86,8 @@ class CodeCache:
         self.base = 0
         self.stale = True  # nothing to serve yet: write one at exit
         self.ready: dict[str, object] = {}
+        self.memo: dict[str, object] = {}  # answers kept for the next run (remember / remembered)
+        self.memo_changed = False
         self.before = set(sys.modules)  # loaded before the cache could serve them (by site, say): not kept
         self._loader = _Loader(self)
         self._read()
@@ -93,11 +99,13 @@ class CodeCache:
             if data[:4] != MAGIC:
                 return
             size = int.from_bytes(data[4:8], "little")
-            fmt, index = marshal.loads(data[8:8 + size])
+            fmt, index, memo = marshal.loads(data[8:8 + size])
         except (OSError, ValueError, EOFError, TypeError):
             return
         if fmt != FORMAT or type(index) is not dict or not all(map(_well_formed, index.items())):
             return
+        if type(memo) is dict and all(type(key) is str for key in memo):
+            self.memo = memo
         self.index, self.data, self.base, self.stale = index, data, 8 + size, False
 
     def _code(self, entry: tuple):  # noqa: ANN202 - a code object, or None
@@ -135,7 +143,7 @@ class CodeCache:
             return
         loaded = [(name, module) for name, module in list(sys.modules.items()) if name not in self.before]
         missing = [(name, module) for name, module in loaded if name not in self.index and _source_spec(module)]
-        if not self.stale and not missing:
+        if not self.stale and not missing and not self.memo_changed:
             return
         kept: dict[str, tuple[bytes, tuple]] = {}
         for name, entry in self.index.items():
@@ -155,7 +163,7 @@ class CodeCache:
         for name, (blob, entry) in entries.items():
             index[name] = (*entry, offset, len(blob))
             offset += len(blob)
-        head = marshal.dumps((FORMAT, index))
+        head = marshal.dumps((FORMAT, index, self.memo))
         tmp = f"{self.path}.{os.getpid()}"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -243,6 +251,21 @@ def install() -> CodeCache:
         _installed = CodeCache(cache_file())
         sys.meta_path.insert(0, _installed)
     return _installed
+
+
+def remembered(key: str) -> object:
+    """What the previous run kept under ``key`` with :func:`remember` (None when nothing, or
+    no cache is installed). The caller checks that it still holds: this is a cache."""
+    return None if _installed is None else _installed.memo.get(key)
+
+
+def remember(key: str, value: object) -> None:
+    """Keep ``value`` (what ``marshal`` can write) for the next run, written with the code at
+    exit. For an answer that costs the helper more to compute than to check, such as the
+    installed plugins (:func:`codespace.contract.installed.scan_to_keep`)."""
+    if _installed is not None and _installed.memo.get(key) != value:
+        _installed.memo[key] = value
+        _installed.memo_changed = True
 
 
 def save() -> None:

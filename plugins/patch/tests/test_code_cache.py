@@ -106,15 +106,15 @@ def test_a_cut_or_foreign_code_entry_falls_back_for_that_module(tmp_path):
     cut = _run(tmp_path)
     assert cut["value"] == "one" and "SourceFileLoader" in (cut["loader"], cut["package_loader"])
     assert _run(tmp_path)["loader"] == "_Loader"  # and written whole again
-    from codespace_patch.code_cache import MAGIC, CodeCache
+    from codespace_patch.code_cache import FORMAT, MAGIC, CodeCache
 
     cache = CodeCache(str(tmp_path / "cache.bin"))
-    head = marshal.dumps((1, {name: (*entry[:5], 0, 2) for name, entry in cache.index.items()}))
+    head = marshal.dumps((FORMAT, {name: (*entry[:5], 0, 2) for name, entry in cache.index.items()}, {}))
     (tmp_path / "cache.bin").write_bytes(MAGIC + len(head).to_bytes(4, "little") + head + marshal.dumps(42))
     foreign = _run(tmp_path)  # each entry unmarshals to an int, not code
     assert foreign["value"] == "one" and foreign["loader"] == foreign["package_loader"] == "SourceFileLoader"
     for index in ({"pkg": ("short",)}, {"pkg.mod": [1, 2]}, {3: ()}, ["not", "a", "dict"]):
-        head = marshal.dumps((1, index))
+        head = marshal.dumps((FORMAT, index, {}))
         (tmp_path / "cache.bin").write_bytes(MAGIC + len(head).to_bytes(4, "little") + head)
         assert _run(tmp_path)["value"] == "one"
 
@@ -178,3 +178,56 @@ def test_only_the_most_recent_caches_are_kept(tmp_path):
     assert f"{PREFIX}tag.new.bin" in left and "unrelated.bin" in left
     assert len([n for n in left if n.startswith(PREFIX)]) == KEEP
     assert f"{PREFIX}tag.{0:016x}.bin" not in left and f"{PREFIX}tag.{KEEP + 2:016x}.bin" in left
+
+
+MEMO_DRIVER = textwrap.dedent("""
+    import json, sys
+    sys.path[:0] = [{site!r}, {patch_root!r}, {core_root!r}]
+    from codespace_patch import code_cache
+    cache = code_cache.CodeCache({cache!r})
+    code_cache._installed = cache
+    from codespace.contract import installed
+    scans = []
+    scan = installed._scan
+    installed._scan = lambda *a: scans.append(1) or scan(*a)  # counted, not replaced
+    from codespace_patch.cli import _installed_plugins
+    sys.path[:] = [{site!r}]  # imports done: only the constructed site is scanned
+    print(json.dumps({{"found": _installed_plugins(), "scanned": len(scans)}}))
+    cache.save()
+""")
+
+
+def test_the_command_keeps_the_installed_plugins_until_a_distribution_changes(tmp_path):
+    """The command typed in a shell finds the installed plugins itself: the answer is kept in
+    the cache file and served while nothing it was read from changed; a plugin installed
+    since is found at once."""
+    import codespace
+
+    site = tmp_path / "site"
+    (site / "alpha-1.0.dist-info").mkdir(parents=True)
+    (site / "alpha-1.0.dist-info" / "entry_points.txt").write_text("[codespace.plugins]\nalpha = alpha.plugin\n")
+    core_root = str(Path(codespace.__file__).resolve().parents[1])
+
+    def run() -> dict:
+        code = MEMO_DRIVER.format(site=str(site), patch_root=PATCH_ROOT, core_root=core_root,
+                                  cache=str(tmp_path / "cache.bin"))
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def age() -> None:
+        then = os.stat(site).st_mtime - 60
+        for path in [site, *site.rglob("*")]:
+            os.utime(path, (then, then))
+
+    first = run()
+    assert first == {"found": [["alpha", "alpha.plugin"]], "scanned": 1}
+    assert run()["scanned"] == 1  # just written: too recent to keep
+    age()
+    assert run()["scanned"] == 1
+    kept = run()
+    assert kept == {"found": first["found"], "scanned": 0}
+    (site / "beta-1.0.dist-info").mkdir()
+    (site / "beta-1.0.dist-info" / "entry_points.txt").write_text("[codespace.plugins]\nbeta = beta.plugin\n")
+    after = run()
+    assert ["beta", "beta.plugin"] in after["found"] and after["scanned"] == 1
