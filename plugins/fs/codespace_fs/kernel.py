@@ -28,17 +28,12 @@ RENAME_NOREPLACE = 1 << 0
 # syscall tables were unified); only a few exotic ones differ.
 _SYS_OPENAT2 = {"alpha": 547}.get(os.uname().machine, 437)  # os.uname: the platform module costs ~3 ms to load
 
-class _Int(_ctypes._SimpleCData):
-    _type_ = "i"
-
-
 class _Long(_ctypes._SimpleCData):
     _type_ = "l"
 
 
-class _IntFunction(_ctypes.CFuncPtr):  # int result; plain ints pass as C ints, bytes as pointers
+class _IntFunction(_ctypes.CFuncPtr):  # an int result (_ctypes' default); plain ints pass as C ints, bytes as pointers
     _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-    _restype_ = _Int
 
 
 class _LongFunction(_ctypes.CFuncPtr):
@@ -46,14 +41,13 @@ class _LongFunction(_ctypes.CFuncPtr):
     _restype_ = _Long
 
 
-class _Process:
-    _handle = _ctypes.dlopen(None)
+_LIBC = _ctypes.dlopen(None)  # the C library already loaded in the process
 
 
 def _function(kind: type, name: str):  # noqa: ANN202
     try:
-        return kind((name, _Process))
-    except AttributeError:  # not in this C library
+        return kind(_ctypes.dlsym(_LIBC, name))
+    except OSError:  # not in this C library
         return None
 
 

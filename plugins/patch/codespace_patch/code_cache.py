@@ -37,20 +37,19 @@ _bootstrap = sys.modules["_frozen_importlib"]
 _external = sys.modules["_frozen_importlib_external"]
 
 
-def _fnv1a(text: str) -> str:
-    """A stable 64-bit hash of ``text`` (str's hash is salted per process; hashlib costs more)."""
-    h = 0xCBF29CE484222325
-    for byte in text.encode("utf-8", "surrogatepass"):
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{h:016x}"
+def _digest(text: str) -> str:
+    """A stable 61-bit digest of ``text`` for a file name (str's hash is salted per process;
+    hashlib costs more; a byte loop in Python, 0.1 ms): its bytes as one integer, modulo a prime."""
+    value = int.from_bytes(text.encode("utf-8", "surrogatepass"), "little") % ((1 << 61) - 1)
+    return f"{value:016x}"
 
 
-_CODE = type(_fnv1a.__code__)  # not compile()'s: the first compile in a process costs 2 ms
+_CODE = type(_digest.__code__)  # not compile()'s: the first compile in a process costs 2 ms
 
 
 def cache_file() -> str:
     here = os.path.dirname(os.path.abspath(__file__))
-    key = _fnv1a("\0".join([sys.executable, *sys.path]))
+    key = _digest("\0".join([sys.executable, *sys.path]))
     return os.path.join(here, "__pycache__", f"{PREFIX}{sys.implementation.cache_tag}.{key}.bin")
 
 
