@@ -16,7 +16,8 @@ Contenders:
   nothing to do: the part of the helper's time no change to CodeSpace can remove;
 - ``command`` — the installed ``codespace-apply-patch`` (the script beside this
   interpreter) as an agent types it in a shell: ``site`` on, no plugins handed over,
-  none filtered out (no ``CODESPACE_PLUGINS_ALLOW``), so it finds them itself
+  none filtered out (no ``CODESPACE_PLUGINS_ALLOW``), so it finds them itself, and no
+  state directory given (no ``CODESPACE_STATE_DIR``: it derives the server's default one)
   (``--command PATH`` times another, e.g. in a venv of wheels); ``python (floor)`` is
   the interpreter beside it, with ``site``, starting and exiting;
 - ``in-server atomic`` / ``in-server upstream`` — the Patcher backend inside a
@@ -316,7 +317,7 @@ def main() -> int:
     if backend == "real":
         if not command.exists():
             raise SystemExit(f"patch_bench: {command} is missing: install codespace-patch in this environment")
-        command_env = {k: v for k, v in h_env.items() if k != "CODESPACE_PLUGINS_ALLOW"}
+        command_env = {k: v for k, v in h_env.items() if k not in ("CODESPACE_PLUGINS_ALLOW", "CODESPACE_STATE_DIR")}
     site_floor = [str(command.with_name("python")), "-c", "pass"] if command.with_name("python").exists() else SITE_FLOOR
     print(f"patch_bench: {args.runs} interleaved runs, medians in ms; FileSystem backend: "
           f"{'codespace-fs' if backend == 'real' else 'tests/plugins patch_testfs (plain os calls)'}; "

@@ -165,3 +165,26 @@ def test_the_gate_loads_no_pydantic_without_a_policy_file(tmp_path):
     env = {**os.environ, "CODESPACE_STATE_DIR": str(tmp_path.parent / "gate-state")}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_the_default_state_directory_is_named_by_sha256_without_loading_hashlib(tmp_path: Path) -> None:
+    # A helper not told its state directory derives it as the server does: the same digest of the
+    # root (the server's directory, or the helper would hide and journal elsewhere), without OpenSSL.
+    root = tmp_path / "wörk space"
+    root.mkdir()
+    code = (
+        "import json, os, sys\nfrom codespace.contract import gate\n"
+        "w = gate.open_workspace(sys.argv[1])\n"
+        "print(json.dumps([w.state_dir_str, 'hashlib' in sys.modules, '_hashlib' in sys.modules]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("CODESPACE_STATE_DIR", "XDG_STATE_HOME")}
+    env["HOME"] = str(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    import hashlib
+    import json
+
+    state_dir, hashlib_loaded, openssl_loaded = json.loads(done.stdout)
+    digest = hashlib.sha256(os.fsencode(str(root))).hexdigest()[:12]
+    assert state_dir.endswith(f"/workspaces/w_rk_space-{digest}") and state_dir.startswith(str(tmp_path / "home"))
+    assert not hashlib_loaded and not openssl_loaded
