@@ -66,42 +66,29 @@ def ensure_venv() -> tuple[Path, bool]:
 
 
 CHECKOUT_FINDER = "_codespace_checkout"
-_FINDER_CLASS = (
-    "type('CheckoutFinder', (), {{'PARENTS': {parents!r}, 'find_spec': "
-    "classmethod(lambda cls, name, path=None, target=None: None if name not in cls.PARENTS else "
-    "sys.modules['_frozen_importlib_external'].PathFinder.find_spec(name, [cls.PARENTS[name]]))}})"
-)
-_FINDER_MODULE = (
-    '"""Written by run.py: one finder for the CodeSpace checkout\'s editable packages (run.py\'s\n'
-    "light_editable_finders says why). Imported by site at every start of this venv\'s python, as\n"
-    'sitecustomize: a module is read from its .pyc, where a .pth line is compiled at every start."""\n'
-    "import sys\n\nsys.meta_path.append(" + _FINDER_CLASS + ")\n"
-)
 _FINDER_PTH = (
-    "# Written by run.py: one finder for the CodeSpace checkout's editable packages (run.py's\n"
-    "# light_editable_finders says why); a line here because a sitecustomize of the base\n"
-    "# interpreter's comes first on the path and would hide this venv's.\n"
-    "import sys; sys.meta_path.append(" + _FINDER_CLASS + ")\n"
+    "# Written by run.py: one finder for the CodeSpace checkout's editable packages, in place of\n"
+    "# setuptools' finder module per distribution (each imported pathlib and importlib.util into\n"
+    "# every process of this venv: about 9 ms of each start here). A name maps to the directory\n"
+    "# holding its package; the interpreter's own path machinery takes it from there, so modules\n"
+    "# keep their real paths. A line of code, not a module: importing one would cost a listing\n"
+    "# of site-packages at every start.\n"
+    "import sys; sys.meta_path.append(type('CheckoutFinder', (), {{'PARENTS': {parents!r}, 'find_spec': "
+    "classmethod(lambda cls, name, path=None, target=None: None if name not in cls.PARENTS else "
+    "sys.modules['_frozen_importlib_external'].PathFinder.find_spec(name, [cls.PARENTS[name]]))}}))\n"
 )
 
 
-def light_editable_finders(venv: Path, *, check_env: dict[str, str] | None = None) -> None:
-    """Serve the checkout's editable distributions with one light finder.
+def light_editable_finders(venv: Path) -> None:
+    """Serve the checkout's editable distributions with one light finder (``CHECKOUT_FINDER``).
 
     setuptools writes, per distribution, a ``.pth`` file that imports a finder module of its
-    own (each imported pathlib and importlib.util into every process of the venv: about 9 ms
-    of each start here). Each whose mapping is plain (top-level names, each the name of its
-    directory, no namespace packages) is taken over: its ``.pth`` file is removed (pip
-    uninstall skips a missing file) and its names go into one finder that uses only the
-    interpreter's frozen path machinery, so modules keep their real paths. The finder is the
-    venv's ``sitecustomize`` module, compiled once: any import line of a ``.pth`` file is
-    compiled at every start, and the first compile of a process costs about a millisecond.
-    Where the base interpreter has a sitecustomize of its own (Debian's python3 does), which
-    comes first on the path, the finder is a ``.pth`` line instead. Anything else is left as
-    setuptools wrote it. Run after every install (pip writes them again). ``check_env``: the
-    environment of the venv's python asked which sitecustomize it imports."""
+    own. Each whose mapping is plain (top-level names, each the name of its directory, no
+    namespace packages) is taken over: its ``.pth`` file is removed and its names go into one
+    line of ``CHECKOUT_FINDER.pth`` that uses only the interpreter's frozen path machinery.
+    Anything else is left as setuptools wrote it. Run after every install (pip writes them
+    again)."""
     import ast
-    import py_compile
     import re
 
     for site in sorted((venv / "lib").glob("python*/site-packages")):
@@ -125,19 +112,8 @@ def light_editable_finders(venv: Path, *, check_env: dict[str, str] | None = Non
         if not taken:
             continue
         parents = {name: os.path.dirname(path) for name, path in sorted(mapping.items())}
-        module, pth_file = site / "sitecustomize.py", site / f"{CHECKOUT_FINDER}.pth"
-        pth_file.unlink(missing_ok=True)
-        module.write_text(_FINDER_MODULE.format(parents=parents))
-        py_compile.compile(str(module), doraise=True)
-        python = venv / "bin" / "python"
-        shown = subprocess.run([str(python), "-c", "import sitecustomize; print(sitecustomize.__file__)"],
-                               capture_output=True, text=True,
-                               env={"PATH": os.environ.get("PATH", "")} if check_env is None else check_env)
-        found = shown.stdout.strip()
-        if not (found and os.path.exists(found) and os.path.samefile(found, module)):
-            module.unlink()
-            pth_file.write_text(_FINDER_PTH.format(parents=parents))
-        for pth in taken:
+        (site / f"{CHECKOUT_FINDER}.pth").write_text(_FINDER_PTH.format(parents=parents))
+        for pth in taken:  # removed, not emptied: site reads every .pth file at every start (pip uninstall skips it)
             pth.unlink()
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """apply_patch speed, side by side with the pinned Codex binary (apply-patch.md §13).
 
-    python benchmarks/patch_bench.py [--runs 9] [--backend auto|test|real] [--processes]
+    python benchmarks/patch_bench.py [--runs 9] [--backend auto|test|real] [--processes] [--stdin]
 
 Two cases: one 20,000-line file with one Update section of 200 chunks, and 200
 files in 10 directories with one small Update section each. For every run the
@@ -34,6 +34,12 @@ Contenders:
 
 ``--processes`` times only the whole processes (``codex``, ``helper``, ``command`` and
 the interpreter's floors): more runs in the same time, for the helper's ratio.
+
+``--stdin`` gives every contender the patch on its standard input (from a file, as a shell
+gives a heredoc: ``apply_patch <<'EOF'``, the way agents call it) instead of as its argument;
+codex then runs as its ``apply_patch`` alias (arg0), the name Codex gives its commands (its
+``--codex-run-as-apply-patch`` takes only an argument). CPython decodes a 64 KB argument at
+start-up for about 1-2 ms before any of the helper's code runs; this shows what is left.
 
 ``--before DIR`` adds ``helper before``: the helper of another checkout of CodeSpace in
 ``DIR`` (e.g. ``git archive REV | tar -x -C DIR``), its own core and plugins, started the
@@ -143,9 +149,16 @@ def expect(root: Path, want: dict[str, bytes]) -> None:
 CPU: dict[str, list[float]] = {}
 
 
-def timed_process(argv: list[str], cwd: Path, env: dict[str, str], name: str | None = None) -> float:
+def timed_process(argv: list[str], cwd: Path, env: dict[str, str], name: str | None = None,
+                  stdin: Path | None = None) -> float:
+    """``stdin``: a file the process reads as its standard input (a heredoc, as a shell gives one)."""
+    source = open(stdin, "rb") if stdin is not None else subprocess.DEVNULL  # noqa: SIM115 - closed below
     start = time.perf_counter()
-    child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        child = subprocess.Popen(argv, cwd=cwd, env=env, stdin=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    finally:
+        if stdin is not None:
+            source.close()
     stderr = child.stderr.read()  # type: ignore[union-attr]
     _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - start
@@ -275,6 +288,9 @@ def _arguments() -> argparse.Namespace:
                         help="the installed codespace-apply-patch to time as 'command' (default: beside this "
                              "interpreter; e.g. one in a venv of wheels)")
     parser.add_argument("--startup", action="store_true", help="time the helper's start-up stage by stage, only")
+    parser.add_argument("--stdin", action="store_true",
+                        help="give every contender the patch on stdin, as a heredoc (apply_patch <<'EOF'); codex "
+                             "runs as its apply_patch alias")
     return parser.parse_args()
 
 
@@ -319,9 +335,13 @@ def main() -> int:
             raise SystemExit(f"patch_bench: {command} is missing: install codespace-patch in this environment")
         command_env = {k: v for k, v in h_env.items() if k not in ("CODESPACE_PLUGINS_ALLOW", "CODESPACE_STATE_DIR")}
     site_floor = [str(command.with_name("python")), "-c", "pass"] if command.with_name("python").exists() else SITE_FLOOR
+    alias = base / "bin" / "apply_patch"  # the name Codex gives commands its apply_patch by (arg0)
+    alias.parent.mkdir()
+    alias.symlink_to(codex)
     print(f"patch_bench: {args.runs} interleaved runs, medians in ms; FileSystem backend: "
           f"{'codespace-fs' if backend == 'real' else 'tests/plugins patch_testfs (plain os calls)'}; "
-          f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+          f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; the patch "
+          f"{'on stdin' if args.stdin else 'as the argument'}")
     if args.startup:
         try:
             startup_stages(helper_cmd, h_env, base, args.runs)
@@ -331,6 +351,15 @@ def main() -> int:
 
     async def run_case(name: str, files: dict[str, str], patch: str) -> None:
         root = base / "ws"
+        stdin = None
+        if args.stdin:  # the same bytes for every contender, from a file as a shell's heredoc is
+            stdin = base / "patch.txt"
+            stdin.write_text(patch)
+
+        def patch_argv(argv: list[str]) -> list[str]:
+            return argv if args.stdin else [*argv, patch]
+
+        codex_argv = [str(alias)] if args.stdin else [str(codex), "--codex-run-as-apply-patch", patch]
         times: dict[str, list[float]] = {k: [] for k in
                                          ("codex", "helper", "helper before", "python -I -S (floor)", "command",
                                           "python (floor)", "in-server atomic", "in-server upstream", "mcp call",
@@ -349,19 +378,20 @@ def main() -> int:
         async with connect(app) as client:
             for _ in range(args.runs):
                 reset(root, files)
-                times["codex"].append(timed_process([str(codex), "--codex-run-as-apply-patch", patch], root, codex_env,
-                                                    "codex"))
+                times["codex"].append(timed_process(codex_argv, root, codex_env, "codex", stdin))
                 reset(root, files)
-                times["helper"].append(timed_process([*helper_cmd, patch], root, h_env, "helper"))
+                times["helper"].append(timed_process(patch_argv(helper_cmd), root, h_env, "helper", stdin))
                 expect(root, want)
                 if before_cmd is not None:
                     reset(root, files)
-                    times["helper before"].append(timed_process([*before_cmd, patch], root, h_env, "helper before"))
+                    times["helper before"].append(
+                        timed_process(patch_argv(before_cmd), root, h_env, "helper before", stdin))
                     expect(root, want)
                 times["python -I -S (floor)"].append(timed_process(PYTHON_FLOOR, root, h_env, "python -I -S (floor)"))
                 if command_env is not None:
                     reset(root, files)
-                    times["command"].append(timed_process([str(command), patch], root, command_env, "command"))
+                    times["command"].append(timed_process(patch_argv([str(command)]), root, command_env, "command",
+                                                          stdin))
                     expect(root, want)
                     times["python (floor)"].append(timed_process(site_floor, root, command_env, "python (floor)"))
                 if args.processes:

@@ -145,7 +145,8 @@ def _editable(site, dist: str, mapping: dict, namespaces: dict | None = None) ->
         "    sys.meta_path.append(_F)\n")
 
 
-def _venv_with_editables(tmp_path):
+def test_run_py_serves_plain_editable_installs_with_one_light_finder(tmp_path):
+    # A real venv and real .pth processing: plain mappings are taken over, others left alone.
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = next((venv / "lib").glob("python*/site-packages"))
@@ -161,10 +162,10 @@ def _venv_with_editables(tmp_path):
         import run
     finally:
         sys.path.remove(str(REPO))
-    return run, venv, site, src
-
-
-def _served(venv, src) -> None:
+    run.light_editable_finders(venv)
+    assert not (site / "__editable__.alpha-1.0.pth").exists()
+    assert (site / "__editable__.renamed-1.0.pth").read_text().startswith("import ")
+    assert (site / "__editable__.spaces-1.0.pth").read_text().startswith("import ")
     probe = ("import alpha, beta, gamma, sys; print(alpha.__file__, beta.__file__, gamma.NAME, "
              "'pathlib' in sys.modules, any(getattr(f, '__name__', '') == 'CheckoutFinder' for f in sys.meta_path))")
     shown = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True,
@@ -172,28 +173,3 @@ def _served(venv, src) -> None:
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.split() == [str(src / "alpha" / "__init__.py"), str(src / "beta" / "__init__.py"),
                                     "gamma_dir", "False", "True"]
-
-
-def test_run_py_serves_plain_editable_installs_with_one_light_finder(tmp_path):
-    # A real venv and real .pth processing: plain mappings are taken over, others left alone.
-    run, venv, site, src = _venv_with_editables(tmp_path)
-    run.light_editable_finders(venv)
-    assert not (site / "__editable__.alpha-1.0.pth").exists()
-    assert (site / "__editable__.renamed-1.0.pth").read_text().startswith("import ")
-    assert (site / "__editable__.spaces-1.0.pth").read_text().startswith("import ")
-    # The finder is the venv's sitecustomize, read from its .pyc: no .pth line of its own to compile.
-    assert (site / "sitecustomize.py").is_file() and not (site / f"{run.CHECKOUT_FINDER}.pth").exists()
-    assert list((site / "__pycache__").glob("sitecustomize.*.pyc"))
-    _served(venv, src)
-
-
-def test_run_py_finder_is_a_pth_line_where_another_sitecustomize_comes_first(tmp_path):
-    # A sitecustomize earlier on the path (as the base interpreter's is on Debian) would hide the venv's.
-    run, venv, site, src = _venv_with_editables(tmp_path)
-    other = tmp_path / "base"
-    other.mkdir()
-    (other / "sitecustomize.py").write_text("")
-    run.light_editable_finders(venv, check_env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(other)})
-    assert not (site / "sitecustomize.py").exists()
-    assert (site / f"{run.CHECKOUT_FINDER}.pth").read_text().splitlines()[-1].startswith("import sys; ")
-    _served(venv, src)
