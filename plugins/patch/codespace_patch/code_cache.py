@@ -27,7 +27,7 @@ import marshal
 import os
 import sys
 
-MAGIC = b"CSCC"  # then the index's length (4 bytes, little-endian), the index, the code
+MAGIC = b"CSCC"  # then the head's length (4 bytes, little-endian), the head (format, index, memo), the code
 FORMAT = 2  # 2: the head holds the memo too
 PREFIX = "helper-road."
 KEEP = 8  # cache files per directory, the most recently written
