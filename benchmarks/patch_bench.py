@@ -155,7 +155,8 @@ def timed_process(argv: list[str], cwd: Path, env: dict[str, str], name: str | N
     source = open(stdin, "rb") if stdin is not None else subprocess.DEVNULL  # noqa: SIM115 - closed below
     start = time.perf_counter()
     try:
-        child = subprocess.Popen(argv, cwd=cwd, env=env, stdin=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        child = subprocess.Popen(argv, cwd=cwd, env=env, stdin=source, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE)
     finally:
         if stdin is not None:
             source.close()
