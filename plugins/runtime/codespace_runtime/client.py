@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import socket
 from collections.abc import Callable, Sequence
 
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 
 from . import protocol as p
 from .framing import FrameError, send_frame
+from .framing import close_all as _close
 from .lane_client import Lane, LaneLost
 from .lane_service import LANE_METHODS
 from .reader import FrameReader
@@ -304,10 +304,3 @@ def _result(obj: dict) -> dict:
         raise WorkerCallError(p.BAD_REQUEST, "the worker's answer has neither a result object nor an error", True)
     return result
 
-
-def _close(fds: Sequence[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass

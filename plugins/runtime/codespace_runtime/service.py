@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from . import protocol as p
 from .framing import FrameError, send_frame
+from .framing import close_all as _close
 from .lane_service import Lanes
 from .reader import FrameReader
 from .sockets import peer_credentials
@@ -306,13 +307,6 @@ class Connection:
 def _liveness() -> dict:
     return {"protocols": [p.PROTOCOL], "worker": p.WORKER_VERSION, "alive": True}
 
-
-def _close(fds: Sequence[int]) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 def welcome(*, workspace: str, policy_digest: str | None) -> dict:
