@@ -1,7 +1,7 @@
-"""The floor of one round trip between two asyncio processes on this machine.
+"""The floor of one round trip between two processes on this machine.
 
 A worker (codespace-runtime) adds such a round trip to every call it serves; this times the
-bare minimum of one: a socket pair, a forked echo process on asyncio, 60-byte messages, with
+bare minimum of one: a socket pair, a forked echo process, 60-byte messages, with
 the wall time per round trip (p50 over ``--calls``) and the CPU each side spends on it.
 Nothing of CodeSpace runs here; it says what no protocol over a socket can go below.
 
