@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -132,10 +133,16 @@ def _version_of(binary: Path) -> str:
     return done.stdout.strip()
 
 
-def codex_binary(version: str, *, fetch: bool = True, log: Callable[[str], None] = print) -> Path:
+def _to_stderr(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def codex_binary(version: str, *, fetch: bool = True, log: Callable[[str], None] = _to_stderr) -> Path:
     """The ``codex`` executable of release ``version`` (``0.171.0``), fetched once with
     ``npm pack @openai/codex@<version>-linux-x64`` into ``~/.cache/codespace/codex-<version>``
-    (``$CODESPACE_CACHE`` overrides the root). Raises :class:`OracleUnavailable`."""
+    (``$CODESPACE_CACHE`` overrides the root). Raises :class:`OracleUnavailable`. ``log``
+    defaults to stderr: a server's stdout is its protocol channel."""
     cache = _cache_root() / f"codex-{version}"
     binary = cache / _MEMBER
     expected = f"codex-cli {version}"
