@@ -14,6 +14,7 @@ The tail is a ring, so appending costs the copy of the chunk whatever the fill.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import anyio
@@ -86,6 +87,8 @@ class OutputBuffer:
         self._tail = _Ring(capacity + MAX_CHUNK if lossless else capacity - self._head_cap)
         self.total = 0
         self.consumed = 0  # highest offset any reader has fetched (lossless back-pressure)
+        self.held_at = float("-inf")
+        """When the buffer last had no room (monotonic): its pump may not have read since."""
         self.eof = False
         self._space = anyio.Event()
 
@@ -145,6 +148,8 @@ class OutputBuffer:
 
     def mark_consumed(self, offset: int) -> None:
         if offset > self.consumed:
+            if not self.has_room():
+                self.held_at = time.monotonic()
             self.consumed = offset
             self._space.set()
             self._space = anyio.Event()

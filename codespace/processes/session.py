@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import signal
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -110,6 +111,8 @@ class Session:
     _activity: anyio.Event = field(default_factory=anyio.Event)
     _last_output: float = 0.0
     _scope: anyio.CancelScope | None = None
+    _writers: Counter[OutputBuffer] = field(default_factory=Counter)
+    """Streams still being read into each buffer."""
 
     @property
     def pid(self) -> int:
@@ -133,6 +136,7 @@ class Session:
         after it has killed what was left."""
         with anyio.CancelScope(shield=True) as self._scope:
             try:
+                self._writers = Counter(buffer for buffer, _ in self.readers)
                 async with anyio.create_task_group() as tg:
                     for buffer, read in self.readers:
                         tg.start_soon(self._pump, buffer, read)
@@ -161,12 +165,16 @@ class Session:
 
     async def _drain(self) -> None:
         """After exit, read what is left; give up after DRAIN_AFTER_EXIT_S of a pipe held
-        open by a grandchild, but never while a lossless reader waits for the client."""
+        open by a grandchild, but never while a lossless reader waits for the client, nor
+        sooner than DRAIN_AFTER_EXIT_S after the client freed room: the pump it released
+        may not have run yet, and the pipe may still hold what the command wrote."""
         deadline = time.monotonic() + DRAIN_AFTER_EXIT_S
         while not all(buffer.eof for buffer, _ in self.readers):
-            if any(not buffer.has_room() for buffer, _ in self.readers):
-                deadline = time.monotonic() + DRAIN_AFTER_EXIT_S
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            for buffer, _ in self.readers:
+                held = now if not buffer.has_room() else buffer.held_at
+                deadline = max(deadline, held + DRAIN_AFTER_EXIT_S)
+            left = deadline - now
             if left <= 0:
                 return
             event = self._activity
@@ -184,7 +192,10 @@ class Session:
                 self._last_output = time.monotonic()
                 self._poke()
         finally:
-            buffer.close()
+            # stdout and stderr may share a buffer: it ends with the last of its streams
+            self._writers[buffer] -= 1
+            if not self._writers[buffer]:
+                buffer.close()
             self._poke()
 
     async def _watchdog(self, timeout_s: float) -> None:

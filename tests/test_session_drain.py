@@ -1,0 +1,107 @@
+"""The end of a lossless stream: what a command wrote before it exited is never cut off by the
+drain's grace period, even when the pump that reads the pipe is slow to run (a loaded machine).
+
+Real processes on real pipes; the only instrument is a delay put in front of the pump's reads,
+standing for an event loop that is busy elsewhere."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import anyio
+import pytest
+
+from codespace.contract import CommandSpec
+from codespace.processes import session as session_module
+from codespace.processes.buffer import OutputBuffer
+from codespace.processes.session import Session
+from codespace.processes.spawn import PipeProcess
+
+pytestmark = pytest.mark.anyio
+
+CAPACITY = 64 * 1024
+GRACE_S = 0.4
+PUMP_STALL_S = 0.25
+
+
+def _writer(size: int) -> CommandSpec:
+    return CommandSpec(argv=[sys.executable, "-c", f"import sys; sys.stdout.buffer.write(b'x' * {size})"],
+                       cwd=os.getcwd(), env=dict(os.environ))
+
+
+def _stalled(read):  # noqa: ANN001, ANN202
+    async def slow() -> bytes:
+        await anyio.sleep(PUMP_STALL_S)
+        return await read()
+    return slow
+
+
+async def _session(size: int) -> Session:
+    process = PipeProcess.spawn(_writer(size))
+    out = OutputBuffer(CAPACITY, lossless=True)
+    return Session(id="s-drain", process=process, argv=["writer"], tty=False, interactive=False,
+                   operation_id=None, out=out, err=None,
+                   readers=[(out, _stalled(lambda: process.read("stdout"))),
+                            (out, lambda: process.read("stderr"))])
+
+
+async def test_a_take_just_before_the_grace_ends_still_gets_the_rest(monkeypatch):
+    """The command exits with the buffer full and the rest of its output in the pipe; the
+    client frees room shortly before the grace period ends, and the pump only reads again
+    after it has ended: the bytes still in the pipe must arrive, not be cut off."""
+    monkeypatch.setattr(session_module, "DRAIN_AFTER_EXIT_S", GRACE_S)
+    size = CAPACITY + 48 * 1024  # the buffer's fill, and less than a pipe holds: the writer can exit
+    session = await _session(size)
+    received = 0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(session.run)
+        with anyio.fail_after(30):
+            await session.exited.wait()
+            while session.out.has_room():
+                await anyio.sleep(0.01)
+            await anyio.sleep(GRACE_S - 0.1)
+            while not session.finished.is_set() or session.has_unread():
+                received += len(session.take(CAPACITY).text.encode())
+                await anyio.sleep(0.01)
+    assert received == size, f"{size - received} of the {size} bytes the command wrote were lost at the end"
+
+
+async def test_stderr_ending_first_does_not_end_the_stdout_it_shares_a_buffer_with():
+    """stdout and stderr merged into one buffer: stderr reaches its end while stdout's pump
+    has yet to read the rest of the pipe. The buffer ends with its last stream, not its first."""
+    size = CAPACITY + 48 * 1024
+    session = await _session(size)
+    received = 0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(session.run)
+        with anyio.fail_after(30):
+            await session.exited.wait()
+            while session.out.has_room():
+                await anyio.sleep(0.01)
+            while not session.finished.is_set() or session.has_unread():
+                received += len(session.take(CAPACITY).text.encode())
+                await anyio.sleep(0.01)
+    assert received == size, f"{size - received} of the {size} bytes the command wrote were lost at the end"
+
+
+async def test_output_after_the_grace_period_is_bounded_for_a_fast_client(monkeypatch):
+    """The grace period still ends a session whose pipe a grandchild keeps open without
+    writing: the session finishes within the grace period of the leader's exit."""
+    monkeypatch.setattr(session_module, "DRAIN_AFTER_EXIT_S", GRACE_S)
+    spec = CommandSpec(argv=["sh", "-c", "echo hi; (exec sleep 30) &"], cwd=os.getcwd(), env=dict(os.environ))
+    process = PipeProcess.spawn(spec)
+    out = OutputBuffer(CAPACITY, lossless=True)
+    session = Session(id="s-held", process=process, argv=["sh"], tty=False, interactive=False, operation_id=None,
+                      out=out, err=None, readers=[(out, lambda: process.read("stdout")),
+                                                  (out, lambda: process.read("stderr"))])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(session.run)
+        with anyio.fail_after(30):
+            await session.exited.wait()
+            exited = time.monotonic()
+            await session.finished.wait()
+    assert time.monotonic() - exited < GRACE_S + 1.0
+    assert session.take(CAPACITY).text == "hi\n"
+    session.kill(9)
