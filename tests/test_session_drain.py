@@ -38,22 +38,22 @@ def _stalled(read):  # noqa: ANN001, ANN202
     return slow
 
 
-async def _session(size: int) -> Session:
-    process = PipeProcess.spawn(_writer(size))
+def _session(spec: CommandSpec, *, stall_stdout: bool) -> Session:
+    """A lossless session with stdout and stderr merged into one buffer, as exec makes it."""
+    process = PipeProcess.spawn(spec)
     out = OutputBuffer(CAPACITY, lossless=True)
-    return Session(id="s-drain", process=process, argv=["writer"], tty=False, interactive=False,
+    stdout = lambda: process.read("stdout")  # noqa: E731
+    return Session(id="s-drain", process=process, argv=spec.argv, tty=False, interactive=False,
                    operation_id=None, out=out, err=None,
-                   readers=[(out, _stalled(lambda: process.read("stdout"))),
+                   readers=[(out, _stalled(stdout) if stall_stdout else stdout),
                             (out, lambda: process.read("stderr"))])
 
 
-async def test_a_take_just_before_the_grace_ends_still_gets_the_rest(monkeypatch):
-    """The command exits with the buffer full and the rest of its output in the pipe; the
-    client frees room shortly before the grace period ends, and the pump only reads again
-    after it has ended: the bytes still in the pipe must arrive, not be cut off."""
-    monkeypatch.setattr(session_module, "DRAIN_AFTER_EXIT_S", GRACE_S)
+async def _received_after_a_full_exit(late_s: float) -> tuple[int, int]:
+    """Run a writer that exits with the buffer full and the rest of its output in the pipe;
+    wait ``late_s`` after that, then read to the end: (bytes written, bytes received)."""
     size = CAPACITY + 48 * 1024  # the buffer's fill, and less than a pipe holds: the writer can exit
-    session = await _session(size)
+    session = _session(_writer(size), stall_stdout=True)
     received = 0
     async with anyio.create_task_group() as tg:
         tg.start_soon(session.run)
@@ -61,41 +61,34 @@ async def test_a_take_just_before_the_grace_ends_still_gets_the_rest(monkeypatch
             await session.exited.wait()
             while session.out.has_room():
                 await anyio.sleep(0.01)
-            await anyio.sleep(GRACE_S - 0.1)
+            await anyio.sleep(late_s)
             while not session.finished.is_set() or session.has_unread():
                 received += len(session.take(CAPACITY).text.encode())
                 await anyio.sleep(0.01)
+    return size, received
+
+
+async def test_a_take_just_before_the_grace_ends_still_gets_the_rest(monkeypatch):
+    """The client frees room shortly before the grace period ends, and the pump only reads
+    again after it has ended: the bytes still in the pipe must arrive, not be cut off."""
+    monkeypatch.setattr(session_module, "DRAIN_AFTER_EXIT_S", GRACE_S)
+    size, received = await _received_after_a_full_exit(GRACE_S - 0.1)
     assert received == size, f"{size - received} of the {size} bytes the command wrote were lost at the end"
 
 
 async def test_stderr_ending_first_does_not_end_the_stdout_it_shares_a_buffer_with():
     """stdout and stderr merged into one buffer: stderr reaches its end while stdout's pump
     has yet to read the rest of the pipe. The buffer ends with its last stream, not its first."""
-    size = CAPACITY + 48 * 1024
-    session = await _session(size)
-    received = 0
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(session.run)
-        with anyio.fail_after(30):
-            await session.exited.wait()
-            while session.out.has_room():
-                await anyio.sleep(0.01)
-            while not session.finished.is_set() or session.has_unread():
-                received += len(session.take(CAPACITY).text.encode())
-                await anyio.sleep(0.01)
+    size, received = await _received_after_a_full_exit(0)
     assert received == size, f"{size - received} of the {size} bytes the command wrote were lost at the end"
 
 
-async def test_output_after_the_grace_period_is_bounded_for_a_fast_client(monkeypatch):
+async def test_a_grandchild_holding_the_pipe_open_ends_with_the_grace_period(monkeypatch):
     """The grace period still ends a session whose pipe a grandchild keeps open without
     writing: the session finishes within the grace period of the leader's exit."""
     monkeypatch.setattr(session_module, "DRAIN_AFTER_EXIT_S", GRACE_S)
-    spec = CommandSpec(argv=["sh", "-c", "echo hi; (exec sleep 30) &"], cwd=os.getcwd(), env=dict(os.environ))
-    process = PipeProcess.spawn(spec)
-    out = OutputBuffer(CAPACITY, lossless=True)
-    session = Session(id="s-held", process=process, argv=["sh"], tty=False, interactive=False, operation_id=None,
-                      out=out, err=None, readers=[(out, lambda: process.read("stdout")),
-                                                  (out, lambda: process.read("stderr"))])
+    session = _session(CommandSpec(argv=["sh", "-c", "echo hi; (exec sleep 30) &"], cwd=os.getcwd(),
+                                   env=dict(os.environ)), stall_stdout=False)
     async with anyio.create_task_group() as tg:
         tg.start_soon(session.run)
         with anyio.fail_after(30):
