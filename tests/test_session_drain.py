@@ -1,5 +1,6 @@
-"""The end of a lossless stream: what a command wrote before it exited is never cut off by the
-drain's grace period, even when the pump that reads the pipe is slow to run (a loaded machine).
+"""The end of a lossless stream: what a command wrote before it exited is never cut off, neither
+by the drain's grace period when the pump that reads the pipe is slow to run (a loaded machine),
+nor by stderr ending while stdout, merged into the same buffer, still has bytes in its pipe.
 
 Real processes on real pipes; the only instrument is a delay put in front of the pump's reads,
 standing for an event loop that is busy elsewhere."""
