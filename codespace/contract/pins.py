@@ -220,15 +220,12 @@ def pin_check_command_line(checks: PinCheck | list[PinCheck], argv: list[str] | 
     if args.cases is not None and args.cases < 0:
         parser.error("--cases must be 0 or more")
 
-    def say(text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
-
     try:
-        codex = codex_binary(args.release.removeprefix("rust-v"), fetch=not args.no_fetch, log=say)
+        codex = codex_binary(args.release.removeprefix("rust-v"), fetch=not args.no_fetch, log=_to_stderr)
     except OracleUnavailable as exc:
         print(f"{checks[0].plugin} {args.release}: could not run: {exc}")
         return 2
-    request = PinCheckRequest(args.release, codex, ci=args.ci, seed=args.seed, cases=args.cases, log=say)
+    request = PinCheckRequest(args.release, codex, ci=args.ci, seed=args.seed, cases=args.cases, log=_to_stderr)
     worst = 0
     for component in getattr(args, "component", None) or list(by_component):
         report = by_component[component].run(request)
