@@ -13,13 +13,16 @@ Contenders:
 - ``helper`` — ``codespace-apply-patch`` as a whole process, started the way
   CodeSpace starts it (``python -I -S``), upstream mode;
 - ``python -I -S (floor)`` — the same interpreter starting and exiting with
-  nothing to do: the part of the helper's time no change to CodeSpace can remove;
+  nothing to do, given the same argument (the patch, unless ``--stdin``): the part
+  of the helper's time no change to CodeSpace can remove (CPython turns a 64 KB
+  argument into ``sys.argv`` for about 1 ms before any code of ours runs; the
+  binary reads its argument where the kernel left it);
 - ``command`` — the installed ``codespace-apply-patch`` (the script beside this
   interpreter) as an agent types it in a shell: ``site`` on, no plugins handed over,
   none filtered out (no ``CODESPACE_PLUGINS_ALLOW``), so it finds them itself, and no
   state directory given (no ``CODESPACE_STATE_DIR``: it derives the server's default one)
   (``--command PATH`` times another, e.g. in a venv of wheels); ``python (floor)`` is
-  the interpreter beside it, with ``site``, starting and exiting;
+  the interpreter beside it, with ``site``, starting and exiting, given the same argument;
 - ``in-server atomic`` / ``in-server upstream`` — the Patcher backend inside a
   running server: ``plan()`` (what the gateway checks) plus ``apply()``, through
   the FileSystem backend, journal included for atomic mode, until the answer; the
@@ -388,13 +391,15 @@ def main() -> int:
                     times["helper before"].append(
                         timed_process(patch_argv(before_cmd), root, h_env, "helper before", stdin))
                     expect(root, want)
-                times["python -I -S (floor)"].append(timed_process(PYTHON_FLOOR, root, h_env, "python -I -S (floor)"))
+                times["python -I -S (floor)"].append(
+                    timed_process(patch_argv(PYTHON_FLOOR), root, h_env, "python -I -S (floor)"))
                 if command_env is not None:
                     reset(root, files)
                     times["command"].append(timed_process(patch_argv([str(command)]), root, command_env, "command",
                                                           stdin))
                     expect(root, want)
-                    times["python (floor)"].append(timed_process(site_floor, root, command_env, "python (floor)"))
+                    times["python (floor)"].append(
+                        timed_process(patch_argv(site_floor), root, command_env, "python (floor)"))
                 if args.processes:
                     continue
                 for mode in ("atomic", "upstream"):
