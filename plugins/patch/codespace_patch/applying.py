@@ -194,15 +194,18 @@ def rewrite_ascii(data: bytes, chunks: list[Chunk]) -> bytes | None:
     located = _exact_blocks(data, chunks, as_bytes=True)
     if located is None:
         return None
-    pieces = []
+    # Kept spans are views, not copies: slicing bytes copies them, and in a one-shot process
+    # each fresh copy of a big file costs its page faults again (0.2-0.4 ms of 700 KB).
+    view = memoryview(data)
+    pieces: list[bytes | memoryview] = []
     source = 0  # the first byte not yet carried over
     for _, found, chunk in located[0]:
         for _, _, added, offset, end in _runs(chunk):
-            pieces.append(data[source:found + offset])
+            pieces.append(view[source:found + offset])
             if added:
                 pieces.append(("\n".join(added) + "\n").encode("utf-8", "surrogatepass"))
             source = found + end
-    pieces.append(data[source:])
+    pieces.append(view[source:])
     return b"".join(pieces)
 
 

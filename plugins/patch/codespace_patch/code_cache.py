@@ -21,8 +21,8 @@ the installed plugins, which the command typed in a shell would otherwise find b
 every distribution's metadata at each start. Whoever asks checks that an answer still holds.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: this module loads before the cache can serve
+# anything, and that statement imports ``__future__`` the slow way; from the cache it is cheap.
 import marshal
 import os
 import sys
@@ -57,7 +57,7 @@ class _Loader:
     """Runs a module's code from the cache; the module's ``__file__`` and ``__cached__`` are
     its source's and ``.pyc``'s, as the path loader sets them."""
 
-    def __init__(self, cache: CodeCache) -> None:
+    def __init__(self, cache: "CodeCache") -> None:
         self.cache = cache
 
     def create_module(self, spec):  # noqa: ANN001, ANN201 - the default module
