@@ -3,9 +3,12 @@ import of the fixtures, gets them from the pytest11 entry point."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from codespace.testing import WORKER_ENV
 
 SUITE = '''
 import pytest
@@ -43,9 +46,11 @@ async def test_mcp_client(mcp_client, make_app, ws, mode):
 def test_an_outside_suite_gets_the_fixtures_from_the_entry_point(tmp_path: Path):
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "test_outside.py").write_text(SUITE)
-    # Its own basetemp: the default would make pytest prune other runs' numbered temp dirs.
+    # Its own basetemp: the default would make pytest prune other runs' numbered temp dirs. Not
+    # this run's worker setting either: the outside suite asserts what an author's plain run gets.
+    env = {k: v for k, v in os.environ.items() if k != WORKER_ENV}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           f"--basetemp={tmp_path / 'tmp'}", "suite"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "4 passed" in run.stdout, run.stdout
