@@ -18,10 +18,11 @@ def plugin_paths() -> tuple[Path, ...]:
     return (TEST_PLUGINS,)
 
 
-@pytest.fixture(params=[TEST_FS, "fs"])
+@pytest.fixture(params=[pytest.param(TEST_FS, marks=pytest.mark.in_process), "fs"])
 def fs_plugin(request: pytest.FixtureRequest, discoverable_plugins: tuple[Path, ...]) -> str:
     """The FileSystem backend under the patcher: the tests' own, and the real
-    codespace-fs when it is installed."""
+    codespace-fs when it is installed. The tests' own is a test-only plugin a worker
+    process cannot load: its runs skip when the suite runs with a worker."""
     if request.param == "fs" and not REAL_FS:
         pytest.skip("codespace-fs is not installed in this environment")
     return request.param
