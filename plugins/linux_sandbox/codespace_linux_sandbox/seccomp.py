@@ -33,6 +33,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import stat
 from functools import cache
 
 AF_VSOCK = 40
@@ -49,7 +50,16 @@ UNIX_BROKERED_PAIRS = (2, 3)  # SOCK_DGRAM, SOCK_RAW: the broker hands out a seq
 _NETWORK_OFF_DENIED = ("sendmmsg", "recvmmsg")
 IPPROTO_TCP = 6
 MSG_FASTOPEN = 0x20000000
-ERRNO = {"getpeername": errno.ENOTSOCK}  # every other denied call: EPERM
+CLONE_NEWUSER = 0x10000000
+SET_ID_BITS = (stat.S_ISUID, stat.S_ISGID)
+# The argument that carries a mode each call creates a file with or gives one (open and creat
+# are x86_64 only: libseccomp leaves a name out where the architecture has no such call).
+MODE_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "open": 2, "openat": 3, "creat": 1,
+                 "mknod": 1, "mknodat": 2}
+# Calls whose flags or mode sit in a struct, which BPF cannot read: refused whole, with ENOSYS,
+# so that the C library falls back to the calls above (glibc does for both).
+STRUCT_ARGUMENT = ("clone3", "openat2")
+ERRNO = {"getpeername": errno.ENOTSOCK, **dict.fromkeys(STRUCT_ARGUMENT, errno.ENOSYS)}  # every other: EPERM
 
 
 class SeccompUnavailable(Exception):
@@ -127,6 +137,17 @@ def rules(mode: str) -> list[tuple[str, list[tuple[int, str, int, int]]]]:
         # console's selection buffer (TIOCLINUX), even from a command sharing the host's tty.
         # The request is an int in the kernel: compare the low 32 bits only.
         out += [("ioctl", [(1, "MASKED_EQ", request, 0xFFFFFFFF)]) for request in (TIOCSTI, TIOCLINUX)]
+        # CodeSpace addition: no user namespace of the command's own. In one it holds every
+        # capability: mounts and chroot there change what a path names to the helper, which
+        # resolves the command's paths through /proc/<pid>/root (the Unix-socket broker connected
+        # host sockets that way), and file capabilities. Unprivileged, the other namespaces need
+        # a user namespace first.
+        out += [(name, [(0, "MASKED_EQ", CLONE_NEWUSER, CLONE_NEWUSER)]) for name in ("unshare", "clone")]
+        # CodeSpace addition: no set-user-ID or set-group-ID bit. A root server's commands make
+        # files the host sees as its owner's (the id mapping), and the host's mount of the
+        # workspace need not be nosuid: such a bit would hand host root to whoever runs the file.
+        out += [(name, [(arg, "MASKED_EQ", bit, bit)]) for name, arg in MODE_ARGUMENT.items() for bit in SET_ID_BITS]
+        out += [(name, []) for name in STRUCT_ARGUMENT]
     return out
 
 

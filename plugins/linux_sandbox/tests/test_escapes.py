@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
+import stat
 import subprocess
 import termios
 import time
@@ -12,6 +14,7 @@ import time
 import pytest
 from codespace_linux_sandbox.backend import interpreter
 from codespace_linux_sandbox.helper import SETUP_FAILED_EXIT_CODE
+from conftest import TESTS
 
 
 def sh(env, script: str) -> tuple[int, str]:
@@ -78,6 +81,37 @@ def test_setuid_binaries_gain_nothing(sandbox_env):
     for line in out.splitlines():
         if line.startswith("CapEff"):
             assert line.split()[1] == "0000000000000000"
+
+
+def test_no_set_id_bits_in_the_workspace(sandbox_env):
+    """A root server's commands create files the host sees as root's (the id mapping): a set-user-ID
+    bit on one would hand host root to any local user who runs it, on a host mount without nosuid.
+    Every call that sets a mode is refused those bits (EPERM); other modes still work."""
+    env = sandbox_env
+    code, out, err = env.run([interpreter(), "-I", "-S", str(TESTS / "setid_probe.py"), "sub/setid"])
+    assert code == 0, err
+    result = json.loads(out)
+    assert result.pop("chmod plain") == result.pop("openat plain") == "ok", result
+    assert result and set(result.values()) == {"errno 1"}, result
+    for path in (env.ws / "sub" / "setid").iterdir():
+        assert not path.lstat().st_mode & (stat.S_ISUID | stat.S_ISGID), path
+
+
+def test_no_user_namespace_inside(sandbox_env):
+    """A user namespace of the command's own would give it every capability there: mounts and chroot
+    that change what a path names to the helper, which resolves the command's paths through
+    /proc/<pid>/root (the Unix-socket broker), and file capabilities. unshare and clone with
+    CLONE_NEWUSER fail with EPERM; clone3, whose flags seccomp cannot read, with ENOSYS (the C
+    library then falls back to clone)."""
+    script = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              "print(libc.unshare(0x10000000), ctypes.get_errno())\n"
+              "print(libc.syscall(435, None, 0), ctypes.get_errno())\n"
+              "pid = os.fork()\nif pid == 0:\n    os._exit(0)\nprint(os.waitpid(pid, 0)[1])\n")
+    code, out, err = sandbox_env.run([interpreter(), "-I", "-S", "-c", script])
+    assert code == 0, err
+    assert out.split() == ["-1", "1", "-1", "38", "0"], (out, err)  # fork (clone) without the flag works
+    _code, out = sh(sandbox_env, "unshare -U true && echo UNSHARED; unshare -rm true && echo UNSHARED; exit 0")
+    assert "UNSHARED" not in out, out
 
 
 def test_no_signals_to_processes_outside(sandbox_env):

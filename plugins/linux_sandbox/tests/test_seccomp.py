@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 from codespace_linux_sandbox import seccomp
 
@@ -45,6 +47,18 @@ def test_proxy_tcp_mode_leaves_only_tcp():
     fast_open = {name for name, c in rules if c and c[0][1:] == ("MASKED_EQ", seccomp.MSG_FASTOPEN, seccomp.MSG_FASTOPEN)}
     assert fast_open == {"sendto", "sendmsg", "sendmmsg"}
     assert "connect" not in _names("proxy_tcp") and {"ptrace", "io_uring_setup"} <= _names("proxy_tcp")
+
+
+@pytest.mark.parametrize("mode", seccomp.MODES)
+def test_every_mode_refuses_user_namespaces_and_set_id_bits(mode):
+    rules = seccomp.rules(mode)
+    new_user = (0, "MASKED_EQ", seccomp.CLONE_NEWUSER, seccomp.CLONE_NEWUSER)
+    assert ("unshare", [new_user]) in rules and ("clone", [new_user]) in rules
+    assert ("clone3", []) in rules and ("openat2", []) in rules
+    assert seccomp.ERRNO["clone3"] == seccomp.ERRNO["openat2"] == errno.ENOSYS
+    for name, arg in {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "openat": 3, "mknodat": 2}.items():
+        for bit in (0o4000, 0o2000):
+            assert (name, [(arg, "MASKED_EQ", bit, bit)]) in rules, (name, bit)
 
 
 def test_mode_choice():

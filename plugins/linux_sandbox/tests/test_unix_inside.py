@@ -39,6 +39,7 @@ def _check(result: dict, log, engine: str) -> None:
         assert result[f"{label}:link"] == "errno 40", result  # ELOOP: the broker follows no link
         connected, accepted = (int(w) for w in result[f"{label}:race"].split()[1:5:3])
         assert connected == accepted > 0, result  # every connect that succeeded reached the workspace socket
+        assert result[f"{label}:userns-bind"] == "errno 1", result  # no user namespace to mount in
     for label in ("abstract-stream", "abstract-dgram"):
         assert result[f"{label}:connect"] == "errno 1", result
     # the broker's seqpacket pair ignores msg_name: the message goes to the pair's own peer

@@ -4,6 +4,7 @@ and "targets" (label -> [address, kind] of host sockets; "@name" is abstract). F
 socket: a link to it inside the workspace, a rename race swapping a workspace socket for such a
 link, an abstract connect, a datagram socketpair's sendmsg to it. Prints JSON: check -> result."""
 
+import ctypes
 import json
 import os
 import socket
@@ -151,6 +152,39 @@ def race(label, address, kind, rounds=300):
     return f"connected {inside} accepted inside {accepted} refused {refused}"
 
 
+def userns_bind(label, address, kind):
+    """In a user namespace of the command's own (all capabilities there): the host socket
+    bind-mounted onto a workspace file, then a connect to that file, which the broker resolves
+    through this process's root and mounts. Exit code: 0 connected, else 100 + errno."""
+    target = os.path.join(args["dir"], f"{label}.mnt")
+    open(target, "w").close()
+    uid, gid = os.getuid(), os.getgid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.unshare(0x10000000 | 0x20000) != 0:  # CLONE_NEWUSER | CLONE_NEWNS
+                raise OSError(ctypes.get_errno(), "unshare")
+            for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+                try:  # the mount needs no mapping (observed): go on without one
+                    with open(f"/proc/self/{name}", "w") as f:
+                        f.write(text)
+                except OSError:
+                    pass
+            if libc.mount(address.encode(), target.encode(), None, 0x1000, None) != 0:  # MS_BIND
+                raise OSError(ctypes.get_errno(), "mount")
+            with socket.socket(socket.AF_UNIX, stream_kind(kind)) as s:
+                s.connect(target)
+                s.sendall(f"{label} through a user namespace's bind mount".encode())
+            os._exit(0)
+        except OSError as exc:
+            os._exit(100 + (exc.errno or 0))
+        except BaseException:
+            os._exit(99)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return "ok" if code == 0 else f"errno {code - 100}"
+
+
 def pair_sendmsg(label, address):
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     a.sendmsg([f"{label} pair sendmsg".encode()], [], 0, native(address))
@@ -167,6 +201,7 @@ for label, (address, kind) in args.get("targets", {}).items():
     else:
         attempt(f"{label}:link", lambda: through_link(label, address, kind))
         attempt(f"{label}:race", lambda: race(label, address, kind))
+        attempt(f"{label}:userns-bind", lambda: userns_bind(label, address, kind))
     if kind == "dgram":
         attempt(f"{label}:pair-sendmsg", lambda: pair_sendmsg(label, address))
 attempt("socketpair_dgram", dgram_pair)
