@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def _encodable(text: str) -> bool:
+def encodable(text: str) -> bool:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -26,12 +26,12 @@ def find_lone_surrogate(value: Any, where: str = "") -> str | None:
     while stack:
         node, at = stack.pop()
         if isinstance(node, str):
-            if not _encodable(node):
+            if not encodable(node):
                 return at or "(the value)"
         elif isinstance(node, dict):
             for key, child in node.items():
                 name = f"{at}.{key}" if at else str(key)
-                if isinstance(key, str) and not _encodable(key):
+                if isinstance(key, str) and not encodable(key):
                     return f"{at or 'arguments'} (the name of a key)"
                 stack.append((child, name))
         elif isinstance(node, list):

@@ -208,6 +208,51 @@ def test_hostile_lines_get_errors_and_spare_their_neighbours(tmp_path, direct):
     assert "nests deeper" in json.loads(got[44])["error"]["message"]  # an id it could read is kept
 
 
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_an_id_with_a_lone_surrogate_gets_an_error_not_the_end_of_the_server(tmp_path, direct):
+    """JSON lets a string id hold ``\\ud800``, which no UTF-8 reply can carry: the first line of a
+    connection with one used to end the server (UnicodeEncodeError writing the answer); later, a
+    ping or tools/list got -32603 with id null. Each such request gets -32600 naming the rule, at
+    any point of the connection, and everything after it is served."""
+    def ping(request_id: str) -> bytes:
+        return b'{"jsonrpc":"2.0","id":"' + request_id.encode() + b'","method":"ping"}'
+
+    lines = [
+        ping("\\ud800"),
+        b'{"jsonrpc":"2.0","id":"\\udc00","method":"initialize","params":' + json.dumps(INIT["params"]).encode() + b"}",
+        INIT, INITIALIZED,
+        b'{"jsonrpc":"2.0","id":"a\\udfff","method":"tools/list"}',
+        ping("\\ud800"),
+        b'{"jsonrpc":"2.0","id":"\\ud800","method":"tools/call","params":{"name":"tally","arguments":{"name":"n"}}}',
+        b'{"jsonrpc":"2.0","id":"\\ud800","result":{}}',  # a response to nothing: no answer
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+        {"jsonrpc": "2.0", "id": "\u00e9\U0001f600", "method": "ping"},  # a pair, escaped: a valid id
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "tally", "arguments": {"name": "n"}}},
+    ]
+    got = replies(serve_lines(tmp_path, f"surrogate-id-{direct}", lines, direct=direct))
+    errors = [json.loads(raw)["error"] for raw in got[None]]
+    assert len(errors) == 5, errors
+    for error in errors:
+        assert error["code"] == -32600 and '"id" holds a lone surrogate' in error["message"], error
+    assert json.loads(got[1])["result"]["protocolVersion"] == "2025-11-25"
+    assert json.loads(got[2])["result"] == {} and json.loads(got["\u00e9\U0001f600"])["result"] == {}
+    assert json.loads(got[3])["result"]["structuredContent"]["count"] == 1
+
+
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_a_cancellation_naming_no_valid_request_gets_no_answer(tmp_path, direct):
+    """A notification is never answered: a requestId that is an array or an object (unhashable)
+    used to come back as -32603 Internal error."""
+    lines = [INIT, INITIALIZED, *({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": bad}}
+                                  for bad in ([1], {"a": 1}, None, True, 1.5)),
+             {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": [1]},
+             {"jsonrpc": "2.0", "id": 2, "method": "ping"}]
+    done = serve_lines(tmp_path, f"cancel-{direct}", lines, direct=direct)
+    got = replies(done)
+    assert got[None] == [] and set(got) == {None, 1, 2}, got
+    assert b"unhashable" not in done.stderr, done.stderr.decode()[-2000:]
+
+
 def test_lone_surrogates_get_an_error_naming_the_argument_from_every_tool(tmp_path):
     """Every tool, every string argument: ``\\udcff`` is refused with the argument's name
     (it used to reach os calls and end as -32603 Internal error)."""

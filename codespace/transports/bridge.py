@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from .wire import INVALID_PARAMS, LATEST_HANDSHAKE_VERSION, PROTOCOL_VERSION_META_KEY, encode
+from .wire import INVALID_PARAMS, LATEST_HANDSHAKE_VERSION, PROTOCOL_VERSION_META_KEY, cancelled_id, encode
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +195,7 @@ class SdkBridge:
     def owner_of(self, message: dict[str, Any]) -> _Connection | None:
         """The connection a cancellation or a response belongs to."""
         if message.get("method") == "notifications/cancelled":
-            params = message.get("params")
-            held = self.pending.get(params.get("requestId")) if isinstance(params, dict) else None
+            held = self.pending.get(cancelled_id(message))
             return held[0] if held else None
         if "method" not in message:
             return self.started("legacy")

@@ -32,6 +32,7 @@ from .wire import (
     INTERNAL_ERROR,
     MODERN_PROTOCOL_VERSIONS,
     PROTOCOL_VERSION_META_KEY,
+    cancelled_id,
     encode,
     stamp_server_info,
     valid_id,
@@ -82,8 +83,7 @@ class DirectToolCalls:
         """Take the call or cancellation (True) or let the SDK have it (False)."""
         method = message.get("method")
         if method == "notifications/cancelled":
-            params = message.get("params")
-            scope = self._running.get(params.get("requestId")) if isinstance(params, dict) else None
+            scope = self._running.get(cancelled_id(message))
             if scope is None:
                 return False
             scope.cancel()

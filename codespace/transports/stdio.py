@@ -31,7 +31,8 @@ import anyio
 import anyio.to_thread
 
 from ..fdio import read_some, write_all
-from .stdio_fds import READ_CHUNK, Claim, split_lines
+from .stdio_fds import READ_CHUNK, Claim, Lines
+from .stdio_opening import Opening
 
 if TYPE_CHECKING:
     from .front import Front
@@ -50,11 +51,11 @@ async def _read_chunk(fd: int, pollable: bool) -> bytes:
 class StdioConnection:
     """The wire side: lines in (to the front, then to the SDK bridge), lines out."""
 
-    def __init__(self, claim: Claim, front: Front, tg: Any, rest: bytes = b"", ended: bool = False) -> None:
+    def __init__(self, claim: Claim, front: Front, tg: Any, rest: Opening | None = None) -> None:
         self.claim = claim
         self.front = front
         self.tg = tg
-        self._rest, self._ended = rest, ended  # where the opening stopped (.stdio_opening)
+        self._rest = rest or Opening()  # where the opening stopped (.stdio_opening)
         # fast_acquire: an uncontended write must not yield to the loop (one iteration per answer saved)
         self._write_lock = anyio.Lock(fast_acquire=True)
         # Lines the front passed on wait here for the SDK in arrival order, and so does
@@ -104,17 +105,16 @@ class StdioConnection:
         self._backlog.append(None)
         self._backlog_ready.set()
 
-    def take_rest(self) -> tuple[bytes, bool]:
+    def take_rest(self) -> tuple[Lines, bool]:
         """The input the opening read and did not serve: its lines are accepted now; the
-        partial line left, and True if input had already ended (then it is accepted too)."""
-        pending = b""
-        if self._rest:
-            lines, pending = split_lines(b"", self._rest)
-            self.accept(lines)
-        if self._ended:
-            self.accept(split_lines(pending, b"")[0])
+        reader holding the line in progress, and True if input had already ended (then that
+        line is accepted too)."""
+        rest = self._rest
+        self.accept(rest.rest)
+        if rest.ended:
+            self.accept(rest.reader.feed(b""))
             self.end_of_input()
-        return pending, self._ended
+        return rest.reader, rest.ended
 
     async def _forward(self, line: bytes, message: dict[str, Any]) -> None:
         try:
@@ -158,18 +158,17 @@ class StdioConnection:
         it arrives (no task wake-up and no epoll re-registration per message)."""
         loop = asyncio.get_running_loop()
         fd = self.claim.read_fd
-        pending, done = self.take_rest()
+        reader, done = self.take_rest()
 
         def on_readable() -> None:
-            nonlocal pending, done
+            nonlocal done
             try:
                 chunk = os.read(fd, READ_CHUNK)
             except BlockingIOError:
                 return
             except OSError:
                 chunk = b""
-            lines, pending = split_lines(pending, chunk)
-            self.accept(lines)
+            self.accept(reader.feed(chunk))
             if not chunk:
                 loop.remove_reader(fd)
                 done = True
@@ -190,14 +189,12 @@ class StdioConnection:
 
     async def read_in_task(self) -> None:
         """Other event loops, and stdin that cannot be polled (a regular file)."""
-        pending, ended = self.take_rest()
+        reader, ended = self.take_rest()
 
         async def feed() -> None:
-            nonlocal pending
             while not ended:
                 chunk = await _read_chunk(self.claim.read_fd, self.claim.read_pollable)
-                lines, pending = split_lines(pending, chunk)
-                self.accept(lines)
+                self.accept(reader.feed(chunk))
                 if not chunk:
                     self.end_of_input()
                     return
@@ -230,16 +227,16 @@ def _parse_error(request_id: Any, exc: Exception) -> bytes:
 
 
 @asynccontextmanager
-async def stdio_transport(front: Front, claim: Claim | None = None, rest: bytes = b"",
-                          ended: bool = False) -> AsyncIterator[StdioConnection]:
+async def stdio_transport(front: Front, claim: Claim | None = None,
+                          rest: Opening | None = None) -> AsyncIterator[StdioConnection]:
     """Serve fds 0/1 through ``front`` until the context ends; ``finished`` is set once
-    input has ended and every request received has been answered. ``claim``, ``rest`` and
-    ``ended``: the descriptors an opening (:mod:`.stdio_opening`) claimed and served, and
-    where it stopped."""
+    input has ended and every request received has been answered. ``claim`` and ``rest``:
+    the descriptors an opening (:mod:`.stdio_opening`) claimed and served, and where it
+    stopped."""
     claim = claim or Claim()
     try:
         async with anyio.create_task_group() as tg:
-            connection = StdioConnection(claim, front, tg, rest, ended)
+            connection = StdioConnection(claim, front, tg, rest)
             front.bridge.send = connection._write_quietly
             front.bridge.tg = tg
             if front.direct is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .front import initialize_reply, listing_reply, opening_kind, ping_reply
-from .stdio_fds import READ_CHUNK, Claim, split_lines
+from .stdio_fds import READ_CHUNK, Claim, Lines
 from .wire import BadMessage, parse
 
 
@@ -82,7 +82,8 @@ class Opening:
 
     replay: list[bytes] = field(default_factory=list)  # the lines whose state the front must hold
     listed: bytes | None = None  # the listing it served, when it was built at this start
-    rest: bytes = b""  # input not served: the line it stopped at, and all after it
+    rest: list[bytes] = field(default_factory=list)  # lines not served: the one it stopped at, and all after it
+    reader: Lines = field(default_factory=Lines)  # and the line in progress
     ended: bool = False  # end of input was read (or the client went away)
 
 
@@ -117,10 +118,8 @@ def serve_opening(claim: Claim, kept: bytes | None, build: ToolsBuild) -> Openin
             return listing_reply(message["id"], result), True
         return None
 
-    pending = b""
     while True:
         if not _wait_for_input(claim.read_fd, build):
-            opening.rest = pending
             return opening  # the tools are loaded: the connection serves from here
         try:
             chunk = os.read(claim.read_fd, READ_CHUNK)
@@ -129,27 +128,23 @@ def serve_opening(claim: Claim, kept: bytes | None, build: ToolsBuild) -> Openin
         except OSError:
             chunk = b""
         if not chunk:
-            opening.rest, opening.ended = pending, True
+            opening.ended = True
             return opening
-        lines, pending = split_lines(pending, chunk)
+        lines = opening.reader.feed(chunk)
         for index, line in enumerate(lines):
             if not line.strip():
                 continue
             served = serve(line)
             if served is None:
-                opening.rest = _joined(lines[index:], pending)
+                opening.rest = lines[index:]
                 return opening
             reply, last = served
             if reply is not None and not _write(claim.write_fd, reply + b"\n"):
                 opening.ended = True
                 return opening  # the client went away: the connection ends at once
             if last:
-                opening.rest = _joined(lines[index + 1:], pending)
+                opening.rest = lines[index + 1:]
                 return opening
-
-
-def _joined(lines: list[bytes], pending: bytes) -> bytes:
-    return b"".join(line + b"\n" for line in lines) + pending
 
 
 def _wait_for_input(fd: int, build: ToolsBuild) -> bool:

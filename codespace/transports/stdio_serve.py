@@ -78,7 +78,7 @@ async def _serve(caught: list[int], start: _Start) -> None:
         front.listed(start.opening.listed)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_watch_signals, tg.cancel_scope, caught)
-        async with stdio_transport(front, start.claim, start.opening.rest, start.opening.ended) as connection:
+        async with stdio_transport(front, start.claim, start.opening) as connection:
             app = await anyio.to_thread.run_sync(build_app, abandon_on_cancel=True)
             built["app"] = app
             # What start-up made lives as long as the server: out of the collector's way, which

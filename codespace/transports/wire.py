@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from .. import __version__
+from ..surrogates import encodable
 
 HANDSHAKE_PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MODERN_PROTOCOL_VERSIONS = ("2026-07-28",)
@@ -93,9 +94,21 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
+MAX_LINE_BYTES = 64 << 20  # one message; the policy's max_argument_bytes (4 MiB by default) refuses far less
+TOO_LONG = b"\0line too long"  # stands for a line dropped unread (no JSON text starts with NUL)
+
+
 def valid_id(value: Any) -> bool:
     """JSON-RPC ids are strings or numbers (MCP: integers); bool is not a number here."""
     return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def cancelled_id(message: dict[str, Any]) -> str | int | None:
+    """The request a ``notifications/cancelled`` names, None when it names none validly (an
+    array or object there must not end in an error: a notification gets no answer)."""
+    params = message.get("params")
+    request_id = params.get("requestId") if isinstance(params, dict) else None
+    return request_id if valid_id(request_id) else None
 
 
 def parse(line: bytes) -> dict[str, Any]:
@@ -103,6 +116,10 @@ def parse(line: bytes) -> dict[str, Any]:
 
     Deep nesting is refused here, never passed on: Python's and pydantic's parsers and
     validators recurse, and a RecursionError escaping a transport ends the server."""
+    if line == TOO_LONG:
+        raise BadMessage(error_reply(None, INVALID_REQUEST, f"Invalid Request: the line is longer than "
+                                     f"{MAX_LINE_BYTES >> 20} MiB and was dropped unread; send smaller arguments (the "
+                                     "policy's limits.max_argument_bytes bounds one call's arguments)"))
     try:
         message = json.loads(line)
     except RecursionError:
@@ -125,6 +142,12 @@ def parse(line: bytes) -> dict[str, Any]:
             raise BadMessage(error_reply(None, INVALID_REQUEST, "Invalid Request: \"id\" must be a string or an "
                                          f"integer, not {type(message['id']).__name__}"))
         raise BadMessage(b"")  # a response with an id we never sent: nothing to answer
+    if isinstance(message.get("id"), str) and not encodable(message["id"]):
+        if "method" in message:  # no answer could carry it: UTF-8 has no lone surrogate
+            raise BadMessage(error_reply(None, INVALID_REQUEST, "Invalid Request: \"id\" holds a lone surrogate "
+                                         "(a \\ud800-\\udfff escape without its pair), which no UTF-8 reply can carry; "
+                                         "use an integer id or one of Unicode text"))
+        raise BadMessage(b"")
     method = message.get("method")
     if "method" in message and not isinstance(method, str):
         request_id = message.get("id") if valid_id(message.get("id")) else None
