@@ -11,7 +11,16 @@ from pathlib import Path
 
 import anyio
 
-from codespace.contract import ChangedFile, FileSystem, PatchPlan, PatchRequest, PatchResult, PatchTarget, ToolError
+from codespace.contract import (
+    ChangedFile,
+    FileSystem,
+    PatchPlan,
+    PatchRequest,
+    PatchResult,
+    PatchTarget,
+    PathRules,
+    ToolError,
+)
 from codespace.contract import normalize
 
 from . import diff
@@ -107,10 +116,12 @@ def _journal_failed(journal_dir: Path, exc: BaseException | None) -> ToolError:
 
 
 class PatchBackend:
-    """Patcher for one workspace (``max_bytes``: the policy's largest file)."""
+    """Patcher for one workspace (``max_bytes``: the policy's largest file; ``rules``: its path
+    rules, which recovery holds a journal's paths to)."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, rules: PathRules | None = None) -> None:
         self.max_bytes = max_bytes
+        self.rules = rules
         self._parsed: OrderedDict[str, Patch] = OrderedDict()
         # One patch at a time per workspace: atomic mode computes from what it read,
         # so another patch committing in between would be overwritten.
@@ -241,7 +252,7 @@ class PatchBackend:
     async def recover(self, fs: FileSystem, journal_dir: Path) -> None:
         if not pending(journal_dir):
             return
-        outcome = await recover(fs, journal_dir, self.max_bytes)
+        outcome = await recover(fs, journal_dir, self.max_bytes, self.rules)
         text = describe(outcome)
         if text:
             log.warning("patch journal %s: %s", journal_dir, text)

@@ -216,7 +216,7 @@ async def _apply_atomic(patch, resolve, workspace, fs, max_bytes: int):  # noqa:
 
     directory = journal_dir(workspace)
     if pending(directory):
-        await recover(fs, directory, max_bytes)
+        await recover(fs, directory, max_bytes, workspace.paths)  # judged: the state dir may be the agent's
     store = OverlayStore(fs, max_bytes, workspace.root_str)
     run = await run_sections(patch, resolve, store)
     changes = store.changes()

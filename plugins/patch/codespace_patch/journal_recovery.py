@@ -12,7 +12,21 @@ from pathlib import Path
 
 from codespace.contract import FileSystem, FsError
 
-from .journal_format import SLOT_MAGIC, SLOT_SUFFIX, SUFFIX, TMP_SUFFIX, JournalEntry, decode, sha256_hex, slot_record
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from codespace.contract import PathRules
+
+from .journal_format import (
+    SLOT_MAGIC,
+    SLOT_SUFFIX,
+    SUFFIX,
+    TMP_SUFFIX,
+    JournalEntry,
+    JournalRecord,
+    decode,
+    sha256_hex,
+    slot_record,
+)
 from .journal_rollback import current_content, rollback
 from .journal_slot import read_all
 
@@ -93,8 +107,30 @@ async def _dir_exists(fs: FileSystem, path: str) -> bool:
         return False
 
 
-async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int) -> Recovery:
-    """Finish or roll back every journal whose writer is gone."""
+def _refusal(record: JournalRecord, rules: PathRules) -> str | None:
+    """Why the policy would not let a patch write every path ``record`` names, or None. A
+    journal is input: whoever chose the helper's state directory (``CODESPACE_STATE_DIR``
+    can point into the workspace) could have written it, and recovery writes, creates and
+    deletes the paths it names. Judged as the gateway judges a patch's targets, a genuine
+    journal passes (its paths were a patch's targets); a forged one gets no more than a
+    patch would."""
+    from codespace.contract.gate import path_syntax_refusal, paths_refusal
+
+    paths = [*(entry.path for entry in record.entries), *record.dirs]
+    for path in paths:
+        if not isinstance(path, str) or not path.startswith("/") or os.path.normpath(path) != path:
+            return f"{path!r} is not an absolute, normalised path"
+        refused = path_syntax_refusal(path)
+        if refused is not None:
+            return refused.message
+    refused = paths_refusal(rules, write=paths)
+    return None if refused is None else refused.message
+
+
+async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int, rules: PathRules | None = None) -> Recovery:
+    """Finish or roll back every journal whose writer is gone. ``rules``: the workspace's path
+    rules, which every path a journal names must pass for writing (else it is moved aside,
+    untouched); None only where no one but the server can write ``journal_dir``."""
     outcome = Recovery()
     remove_void_slots(journal_dir)
     for path in pending(journal_dir):
@@ -128,6 +164,13 @@ async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int) -> Recovery
                 log.error("patch journal %s is unreadable (%s); moved aside", path, exc)
                 os.replace(path, str(path) + ".corrupt")
                 outcome.failed.append(str(path))
+                continue
+            refused = None if rules is None else _refusal(record, rules)
+            if refused is not None:
+                log.error("patch journal %s names a path no patch may write here (%s); moved aside, nothing "
+                          "touched", path, refused)
+                os.replace(path, str(path) + ".refused")
+                outcome.failed.append(f"{path} (refused: {refused})")
                 continue
             try:
                 complete = all([await _is_new(fs, e, max_bytes) for e in record.entries]) and all(

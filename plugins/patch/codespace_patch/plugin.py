@@ -30,7 +30,7 @@ def journal_dir(workspace: WorkspaceView):  # noqa: ANN201 - a Path
 def codespace_patcher(workspace: WorkspaceView) -> Any:
     from .backend import PatchBackend
 
-    return PatchBackend(max_bytes=workspace.limits.max_file_bytes)
+    return PatchBackend(max_bytes=workspace.limits.max_file_bytes, rules=workspace.paths)
 
 
 def _run_on_thread(fn):  # noqa: ANN001, ANN202
@@ -70,7 +70,7 @@ def codespace_startup(workspace: WorkspaceView, backends: Backends) -> None:
     if not pending(directory):
         return
     fs = backends.filesystem()
-    outcome = _run_on_thread(lambda: recover(fs, directory, workspace.limits.max_file_bytes))
+    outcome = _run_on_thread(lambda: recover(fs, directory, workspace.limits.max_file_bytes, workspace.paths))
     text = describe(outcome)
     if text:
         import logging

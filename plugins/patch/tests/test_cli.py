@@ -77,6 +77,38 @@ def test_atomic_mode(ws, argv, env):
     assert out.code == 0 and (ws / "a.txt").read_text() == "b\n"
 
 
+@pytest.mark.parametrize("victim", ["outside", ".git/config", "secret/key"])
+def test_a_forged_journal_where_the_agent_writes_touches_nothing(ws, argv, env, tmp_path, victim):
+    """The caller chooses CODESPACE_STATE_DIR, so it can point into the workspace, which the agent
+    writes: a journal there is input. One naming a path the policy would not let a patch write
+    (outside the workspace, protected, hidden) is moved aside untouched; it used to be rolled
+    back: such files overwritten, created or deleted, a hidden one's content copied beside the
+    journal. The patch itself still applies."""
+    from codespace_patch.journal_format import JournalEntry, JournalRecord, encode, sha256_hex
+
+    write(ws, {".codespace/policy.toml": 'version = 1\n[filesystem.paths]\n"secret" = "none"\n',
+               ".git/config": "[core]\n", "secret/key": "private\n"})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("original\n")
+    target = outside / "victim.txt" if victim == "outside" else ws / victim
+    before = target.read_bytes()
+    record = JournalRecord(entries=[
+        JournalEntry(str(target), b"PWNED\n", sha256_hex(before)),  # rolled back: the old bytes written
+        JournalEntry(str(outside / "created.txt"), b"CREATED\n", None),
+        JournalEntry(str(target), b"", "0" * 64, in_place=True),  # torn: its current bytes kept aside
+    ], dirs=[str(outside / "no-such-dir")], pid=999999)  # a missing directory: the commit did not finish
+    journals = ws / "st" / "patch-journal"
+    journals.mkdir(parents=True)
+    (journals / "forged.journal").write_bytes(b"".join(encode(record)))
+    out = run_helper(argv, str(ws), patch_of("*** Add File: harmless.txt", "+hi"),
+                     {**env, "CODESPACE_STATE_DIR": str(ws / "st"), "CODESPACE_PATCH_MODE": "atomic"})
+    assert out.code == 0 and (ws / "harmless.txt").read_text() == "hi\n", out.stderr
+    assert b"names a path no patch may write here" in out.stderr and b"moved aside, nothing touched" in out.stderr
+    assert target.read_bytes() == before and not (outside / "created.txt").exists()
+    assert sorted(p.name for p in journals.iterdir()) == ["forged.journal.refused"]
+
+
 def test_setup_problems_exit_3_with_a_clear_message(ws, argv, env):
     out = run_helper(argv, str(ws), patch_of("*** Add File: a", "+x"), {**env, "CODESPACE_PLUGINS_ALLOW": "patch"})
     assert out.code == 3 and b"no file-system backend is installed" in out.stderr and b"codespace-fs" in out.stderr
