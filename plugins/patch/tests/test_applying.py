@@ -104,6 +104,46 @@ def test_end_of_file_anchor_has_no_fallback():
     assert seeker.find(["a", "b", "a", "c", "d"], 0) is None
 
 
+@pytest.mark.parametrize("candidates", [0, 1, 32])
+def test_the_linear_search_answers_as_the_passes_do(monkeypatch, candidates):
+    """Past a few candidate positions the seek turns to a substring search over the lines
+    coded as characters; whenever it does, the answer is the four passes' own (brute force
+    here, over small files where every position is a candidate)."""
+    from codespace_patch import seek
+
+    monkeypatch.setattr(seek, "_CANDIDATES", candidates)
+    rng = random.Random(candidates)
+    alphabet = ["a", "b", " a", "a ", "\u2013", "-", "c"]
+    for _ in range(1500):
+        lines = [rng.choice(alphabet) for _ in range(rng.randint(1, 40))]
+        pattern = [rng.choice(alphabet) for _ in range(rng.randint(1, 5))]
+        start, eof = rng.randint(0, len(lines)), rng.random() < 0.2
+        want = None
+        if len(pattern) <= len(lines):
+            first = max(start, len(lines) - len(pattern)) if eof else start
+            for normalise in seek.PASSES:
+                view, wanted = list(map(normalise, lines)), list(map(normalise, pattern))
+                want = next((i for i in range(first, len(lines) - len(pattern) + 1)
+                             if view[i:i + len(pattern)] == wanted), None)
+                if want is not None:
+                    break
+        assert Seeker(lines).find(pattern, start, eof) == want, (lines, pattern, start, eof)
+
+
+def test_a_long_chunk_that_almost_matches_everywhere_is_not_quadratic(tmp_path):
+    """3,000 lines of "a" then "b" against 100,000 lines of "a": every position is a candidate
+    that fails on the last line. It took 70 s (and held the server); a subprocess bound keeps a
+    return of that from hanging the suite."""
+    import subprocess
+    import sys
+
+    script = ("from codespace_patch.seek import Seeker\n"
+              "print(Seeker(['a'] * 100000).find(['a'] * 3000 + ['b'], 0), Seeker(['a'] * 100000 + ['b'])"
+              ".find(['a'] * 3000 + ['b'], 0))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.split() == ["None", "97000"]
+
+
 # -- rewriting -------------------------------------------------------------------------
 
 
