@@ -49,7 +49,8 @@ class RgRun:
     """One rg process. Iterate :meth:`records`; call :meth:`stop` when done with it."""
 
     def __init__(self, argv: list[str], *, cwd: str, stdin: int, deadline: float,
-                 cancel: threading.Event | None, max_record: int = MAX_RECORD) -> None:
+                 cancel: threading.Event | None, max_record: int = MAX_RECORD,
+                 before_exec: Callable[[], None] | None = None) -> None:
         self.deadline = deadline
         self.cancel = cancel
         self.max_record = max_record
@@ -57,7 +58,7 @@ class RgRun:
         self.failure: list[bytes] = []  # rg's messages: files it could not read, a bad regex
         self.proc = subprocess.Popen(
             argv, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={},
-            process_group=0, close_fds=True,
+            process_group=0, close_fds=True, preexec_fn=before_exec,
         )
         self._stderr = threading.Thread(target=self._read_stderr, name="rg-stderr", daemon=True)
         self._stderr.start()

@@ -3,6 +3,7 @@ records collected within the bounds (the tool's definition is :mod:`.grep_tool`)
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import threading
@@ -10,12 +11,14 @@ import time
 
 from codespace.contract import ToolError
 
-from . import grep_cursor
+from . import grep_cursor, grep_view
 from .grep_argv import build_argv, hidden_below, rg_binary
 from .grep_collect import Collector
 from .grep_models import DEFAULT_MAX_BYTES, DEFAULT_MAX_MATCHES, GrepArgs
 from .grep_process import RgRun, Stopped
 from .grep_target import Target, open_target
+
+log = logging.getLogger(__name__)
 
 
 def search(args: GrepArgs, rules, limits, cancel: threading.Event | None = None) -> dict:  # noqa: ANN001
@@ -47,7 +50,7 @@ def _run(args: GrepArgs, argv: list[str], target: Target, resume, limits, cancel
     deadline = time.monotonic() + args.timeout_ms / 1000
     cwd = f"/proc/{os.getpid()}/fd/{target.fd}" if target.is_dir else "/"
     run = RgRun(argv, cwd=cwd, stdin=subprocess.DEVNULL if target.is_dir else target.fd,
-                deadline=deadline, cancel=cancel)
+                deadline=deadline, cancel=cancel, before_exec=_no_link_view() if target.is_dir else None)
     timed_out = False
     status = None
     try:
@@ -65,6 +68,22 @@ def _run(args: GrepArgs, argv: list[str], target: Target, resume, limits, cancel
     if not timed_out and status == 2 and not collect.saw_output:
         raise _rg_failure(args, run.failure)
     return _result(args, collect, run, timed_out)
+
+
+def _no_link_view():  # noqa: ANN202
+    """rg's walk in a tree that follows no link (:mod:`.grep_view`), where the kernel allows it."""
+    global _view_warned
+    why = grep_view.available()
+    if why is None:
+        return grep_view.enter
+    if not _view_warned:
+        _view_warned = True
+        log.warning("grep: rg walks without the no-link view (%s); a directory swapped for a link while rg "
+                    "walks could be followed", why)
+    return None
+
+
+_view_warned = False
 
 
 def _rg_failure(args: GrepArgs, lines: list[bytes]) -> ToolError:

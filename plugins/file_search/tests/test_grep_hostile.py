@@ -91,6 +91,93 @@ def test_swapped_for_a_link_after_the_gateway_is_refused(make_workspace, hostile
     assert "secret" in caught.value.message and caught.value.rule.startswith("filesystem.paths")
 
 
+def test_a_directory_swapped_for_a_link_while_rg_walks_is_not_followed(make_workspace, hostile, outside):
+    """rg opens each subdirectory by name after reading its parent's entries, and a command in
+    the workspace can swap one for a link in between, in a loop. rg walks a tree in which the
+    kernel follows no link (grep_view), so no search reaches the hidden directory the link
+    leads to (over MCP, 3 of 463 searches used to find its file)."""
+    workspace = make_workspace(_policy(outside))
+    sub = hostile / "g" / "sub"
+    sub.mkdir(parents=True)
+    for i in range(50):
+        (sub / f"f{i}.txt").write_text("needle inside\n")
+    stop = threading.Event()
+
+    def swap() -> None:
+        real = sub.with_name("sub.real")
+        while not stop.is_set():
+            try:
+                os.rename(sub, real)
+            except OSError:
+                continue
+            try:
+                os.symlink(outside, sub)
+                os.unlink(sub)
+            except OSError:
+                pass
+            os.rename(real, sub)
+
+    swapper = threading.Thread(target=swap, daemon=True)
+    swapper.start()
+    leaks, searches, deadline = [], 0, time.monotonic() + 15
+    try:
+        while searches < 1500 and time.monotonic() < deadline:
+            try:
+                text = str(search(GrepArgs(pattern="needle", path=str(hostile / "g")), workspace.paths,
+                                  workspace.limits))
+            except ToolError:
+                text = ""  # rg found the directory gone mid-walk: an error, no leak
+            if "loot" in text or "needle outside" in text:
+                leaks.append(text[:400])
+            searches += 1
+    finally:
+        stop.set()
+        swapper.join()
+    assert searches >= 100 and leaks == [], leaks[:3]
+
+
+def test_the_no_link_view_works_for_a_server_that_is_not_root():
+    """A server that is not root gives rg the view through a user namespace of its own: rg,
+    run as another user with ``--follow``, still finds the tree's file and not the link's."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    from codespace_file_search import grep_view
+    from codespace_file_search.grep_argv import rg_binary
+
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if os.geteuid() != 0 or python is None:
+        pytest.skip("needs root to switch users, and a system python3 another user can run")
+    base = tempfile.mkdtemp(prefix="codespace-view-")  # under /tmp: pytest's own directories are 0700
+    try:
+        os.chmod(base, 0o755)
+        tree = os.path.join(base, "tree")
+        os.makedirs(os.path.join(tree, "sub"))
+        os.makedirs(os.path.join(base, "out"))
+        with open(os.path.join(tree, "sub", "a.txt"), "w") as f:
+            f.write("needle inside\n")
+        with open(os.path.join(base, "out", "b.txt"), "w") as f:
+            f.write("needle outside\n")
+        os.symlink(os.path.join(base, "out"), os.path.join(tree, "link"))
+        shutil.copy(grep_view.__file__, base)  # on its own: the checkout may be out of the other user's reach
+        script = ("import subprocess, sys\nsys.path.insert(0, sys.argv[1])\nimport grep_view\n"
+                  "print(grep_view.available())\n"
+                  "done = subprocess.run([sys.argv[2], '--follow', '--no-config', 'needle'], "
+                  "preexec_fn=grep_view.enter, capture_output=True, text=True)\n"
+                  "print(repr(done.stdout + done.stderr))\n")
+        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-I", "-c",
+                               script, base, rg_binary()], cwd=tree, capture_output=True, text=True, timeout=60,
+                              check=False)
+    finally:
+        shutil.rmtree(base)
+    assert done.returncode == 0, done.stderr
+    available, output = done.stdout.splitlines()
+    assert available == "None", available
+    assert "sub/a.txt:needle inside" in output and "needle outside" not in output, output
+    assert "Too many levels of symbolic links" in output, output  # even with --follow
+
+
 async def test_links_in_the_tree_are_not_followed(mcp_client, hostile, outside, monkeypatch, tmp_path):
     # An rg config asking to follow links must not reach the rg grep runs.
     config = tmp_path / "rgrc"
