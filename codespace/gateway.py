@@ -381,7 +381,9 @@ class Gateway:
         except ToolError as exc:
             outcome = _error(exc.code, exc.message, exc.details, operation_id)
             if operation_id is not None:
-                await self.store.finish(operation_id, "failed", result=outcome.stored(), error=exc.message)
+                # A shutdown that stopped the work is a cancellation, not the call's failure.
+                status = "cancelled" if exc.code == "shutting_down" else "failed"
+                await self.store.finish(operation_id, status, result=outcome.stored(), error=exc.message)
             return outcome
         except Exception as exc:
             owner = self.registry.owners.get(tool.name, "?")

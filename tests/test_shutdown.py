@@ -67,6 +67,14 @@ def test_stops_within_the_clients_grace_with_sessions_terminated_and_store_close
         shell = call(20, "exec", {"command": "exec bash -i", "tty": True, "yield_ms": 300})
         assert shell["result"]["structuredContent"]["running"], shell
         assert len(_alive(marker)) >= 3  # the sleeps (and their sandbox helpers)
+        in_flight = how != "eof"  # at end of input the server first answers what it was asked
+        if in_flight:  # an exec call still waiting for its command when the signal comes
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 30, "method": "tools/call", "params": {
+                "name": "exec", "arguments": {"command": f"exec sleep {marker}", "yield_ms": 60000}}}).encode() + b"\n")
+            proc.stdin.flush()
+            deadline = time.monotonic() + 10
+            while len(_alive(marker)) < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
         t0 = time.monotonic()
         if how == "eof":
             proc.stdin.close()
@@ -88,7 +96,11 @@ def test_stops_within_the_clients_grace_with_sessions_terminated_and_store_close
                               "--state-dir", str(state)], capture_output=True, text=True, timeout=60,
                              env=subprocess_env())
     records = [r for r in json.loads(listing.stdout) if r["tool"] == "exec"]
-    assert len(records) == 4, records
+    assert len(records) == 4 + in_flight, records
+    if in_flight:  # its call fails, saying why; it used to "succeed" with exit 143 and replay so
+        answer = json.loads(proc.stdout.read().splitlines()[-1])
+        assert answer["id"] == 30 and answer["result"]["isError"] is True, answer
+        assert "the server shut down while the command ran" in answer["result"]["content"][0]["text"], answer
     # Each record says how its command ended: stopped by the shutdown, and no longer running.
     for record in records:
         shown = subprocess.run([*codespace_cmd(), "ops", "show", record["operation_id"], "--workspace", str(ws),
@@ -96,4 +108,5 @@ def test_stops_within_the_clients_grace_with_sessions_terminated_and_store_close
                                env=subprocess_env())
         detail = json.loads(shown.stdout)
         assert detail["status"] == "cancelled", detail
-        assert detail["result"]["running"] is False and detail["result"]["signal"] in ("SIGTERM", "SIGKILL"), detail
+        status = detail["result"].get("error", {}).get("details") or detail["result"]
+        assert status["running"] is False and status["signal"] in ("SIGTERM", "SIGKILL"), detail

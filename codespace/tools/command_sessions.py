@@ -127,6 +127,13 @@ class LocalSessions:
             raise
         result = self._result(session, self._max_bytes(args.max_bytes),
                               env_dropped=refused_extra(ws.policy.env, args.env), note=decision.note)
+        if session.terminated_by == "shutdown" and not result["running"]:
+            # Not the command's own end: the call fails, and its record says cancelled, as a
+            # detached session's does (a retry then learns the shutdown stopped it).
+            ended = f"signal {result['signal']}" if result["signal"] else f"exit code {result['exit_code']}"
+            raise ToolError(f"the server shut down while the command ran; it was terminated ({ended}). Its output "
+                            "so far is in details.output. To proceed: run it again once the server is back.",
+                            code="shutting_down", details=result)
         if result["running"]:
             session.detach()
         return result
