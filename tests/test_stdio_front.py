@@ -253,6 +253,20 @@ def test_a_cancellation_naming_no_valid_request_gets_no_answer(tmp_path, direct)
     assert b"unhashable" not in done.stderr, done.stderr.decode()[-2000:]
 
 
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_a_refused_initialize_does_not_change_what_later_errors_say(tmp_path, direct):
+    """An initialize the SDK refuses (protocolVersion 5) left its version on the connection,
+    and later -32602 hints said "tools/list is not served at protocol version 5"."""
+    bad_list = {"jsonrpc": "2.0", "method": "tools/list", "params": {"cursor": {}}}
+    lines = [INIT, INITIALIZED, {**bad_list, "id": 2},
+             {"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {"protocolVersion": 5}},
+             {**bad_list, "id": 4}]
+    got = replies(serve_lines(tmp_path, f"reinit-{direct}", lines, direct=direct))
+    assert json.loads(got[3])["error"]["code"] == -32602
+    before, after = (json.loads(got[i])["error"] for i in (2, 4))
+    assert before == after and "params.cursor" in before["data"], (before, after)
+
+
 def test_lone_surrogates_get_an_error_naming_the_argument_from_every_tool(tmp_path):
     """Every tool, every string argument: ``\\udcff`` is refused with the argument's name
     (it used to reach os calls and end as -32603 Internal error)."""

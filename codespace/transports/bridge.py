@@ -176,11 +176,7 @@ class SdkBridge:
             connection = await self._connection(self.era(message))
         if method is not None and "id" in message:
             self.pending[message["id"]] = (connection, method, message.get("params"))
-        if method == "initialize":
-            connection.initialized = True
-            params = message.get("params")
-            connection.version = params.get("protocolVersion") if isinstance(params, dict) else None
-        elif method is not None and self.era(message) == "modern":
+        if method is not None and method != "initialize" and self.era(message) == "modern":
             connection.initialized = True
             connection.version = message["params"]["_meta"].get(PROTOCOL_VERSION_META_KEY)
         try:
@@ -205,6 +201,11 @@ class SdkBridge:
         held = self.pending.pop(request_id, None)
         data = _dump(message)
         error = getattr(message, "error", None)
+        if held is not None and held[1] == "initialize" and error is None:
+            # Only an initialize the SDK accepted changes the connection: one it refused (a
+            # version that is no string) must not be what later hints speak of.
+            connection.initialized = True
+            connection.version = (json.loads(data).get("result") or {}).get("protocolVersion")
         if error is not None and error.code == INVALID_PARAMS and not error.data and held is not None:
             _, method, params = held
             hint = describe_invalid_params(method, params, connection.version, connection.initialized)
