@@ -57,16 +57,28 @@ def ensure_parent(conf: Confinement, path: str, action: str) -> tuple[Opened, st
 
 def ensure_dir(conf: Confinement, path: str, action: str) -> Opened:
     """An ``O_RDONLY|O_DIRECTORY`` fd of directory ``path``, creating what is missing,
-    one ``mkdirat`` at a time under the fd of the level above."""
-    try:
-        return conf.open(path, os.O_RDONLY | O_DIR, need="write", follow_last=True, action=action)
-    except FsError as exc:
-        if exc.errno != errno.ENOENT:
-            raise
-    parent_path = _dirname(path)
-    if parent_path == path:  # pragma: no cover - "/" always exists
-        raise FsError(f"cannot create {path}: no existing ancestor", path=path, errno=errno.ENOENT)
-    parent = ensure_dir(conf, parent_path, action)
+    one ``mkdirat`` at a time under the fd of the level above. A loop, not a recursion:
+    a path may be thousands of levels deep (a RecursionError used to answer 2,000)."""
+    missing: list[str] = []
+    while True:
+        try:
+            opened = conf.open(path, os.O_RDONLY | O_DIR, need="write", follow_last=True, action=action)
+            break
+        except FsError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+        parent_path = _dirname(path)
+        if parent_path == path:  # pragma: no cover - "/" always exists
+            raise FsError(f"cannot create {path}: no existing ancestor", path=path, errno=errno.ENOENT)
+        missing.append(path)
+        path = parent_path
+    for child in reversed(missing):
+        opened = _made_in(conf, opened, child)
+    return opened
+
+
+def _made_in(conf: Confinement, parent: Opened, path: str) -> Opened:
+    """Directory ``path`` created (unless it appeared meanwhile) in ``parent``, which is closed."""
     try:
         name = path.rsplit("/", 1)[1]
         target = join(parent.path, name)
