@@ -7,6 +7,7 @@ import base64
 import hashlib
 import os
 import stat
+import subprocess
 
 import pytest
 
@@ -88,11 +89,15 @@ async def test_must_not_exist_and_create_parents(make_app, ws, mode, temp_files)
 async def test_parents_over_a_thousand_levels_deep_are_made(make_app, ws, mode):
     """Creating missing parents one level at a time used to recurse once per level: a
     RecursionError (internal error) past about 990 levels (2,000 fit in PATH_MAX)."""
-    async with connect(make_app(), mode=mode) as client:
-        await call_ok(client, "write_file", {"path": "a/" * 1100 + "f.txt", "content": "deep", "create_parents": True})
-        await call_ok(client, "make_dir", {"path": "b/" * 1100})
-    assert (ws / ("a/" * 1100 + "f.txt")).read_text() == "deep"
-    assert (ws / ("b/" * 1100)).is_dir()
+    try:
+        async with connect(make_app(), mode=mode) as client:
+            await call_ok(client, "write_file", {"path": "a/" * 1100 + "f.txt", "content": "deep",
+                                                 "create_parents": True})
+            await call_ok(client, "make_dir", {"path": "b/" * 1100})
+        assert (ws / ("a/" * 1100 + "f.txt")).read_text() == "deep"
+        assert (ws / ("b/" * 1100)).is_dir()
+    finally:  # shutil.rmtree (pytest's clean-up of old runs) recurses per level too
+        subprocess.run(["rm", "-rf", str(ws / "a"), str(ws / "b")], check=True)
 
 
 async def test_base64_content_and_bad_base64(make_app, ws, mode):
