@@ -142,6 +142,23 @@ def test_check_follows_existing_links(tmp_path):
     assert refusal is not None and refusal.rule == "filesystem.protected"
 
 
+def test_a_link_into_a_hidden_path_is_refused_without_naming_where_it_leads(tmp_path):
+    """A link inside a hidden area leads further (its text is that area's content): the refusal
+    names the rule that hides it, never the resolved path."""
+    ws, hidden = tmp_path / "ws", tmp_path / "hidden"
+    (ws).mkdir()
+    (hidden / "very" / "secret").mkdir(parents=True)
+    os.symlink(hidden / "very" / "secret" / "id_ed25519", hidden / "current_key")
+    os.symlink(hidden, ws / "door")
+    policy = FilesystemPolicy.model_validate({"paths": {str(hidden): "none"}})
+    rules = PathRules.build(policy, ws, "/home/u")
+    for need in ("read", "write"):
+        refusal = rules.check(str(ws / "door" / "current_key"), need)
+        assert refusal is not None and refusal.rule.startswith("filesystem.paths"), refusal
+        assert "very" not in refusal.message and "id_ed25519" not in refusal.message, refusal.message
+        assert f"into {hidden} (" in refusal.message and "which the policy hides" in refusal.message
+
+
 def test_workspace_hides_state_and_protects_policy(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()

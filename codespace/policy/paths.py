@@ -236,10 +236,15 @@ class PathRules:
         if real != path:
             refusal = self.check_exact(real, need)
             if refusal is not None:
-                return _with_hint(
-                    Refused(refusal.rule, f"{path} resolves through a symbolic link to {real}: {refusal.message}"),
-                    need,
-                )
+                rule = self.match(real)
+                if rule is None or rule.access == "none":
+                    # The link leads into what the policy hides: its target (a link there, a
+                    # name) would say what lies inside. The rule's own path is the policy's.
+                    where = f"{rule.path} ({rule.source} = 'none')" if rule else "a path no filesystem.paths entry covers"
+                    text = f"{path} resolves through a symbolic link into {where}, which the policy hides"
+                else:
+                    text = f"{path} resolves through a symbolic link to {real}: {refusal.message}"
+                return _with_hint(Refused(refusal.rule, text), need)
         return None
 
 
