@@ -59,6 +59,7 @@ MODE_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "open":
 # Calls whose flags or mode sit in a struct, which BPF cannot read: refused whole, with ENOSYS,
 # so that the C library falls back to the calls above (glibc does for both).
 STRUCT_ARGUMENT = ("clone3", "openat2")
+KEYRING_CALLS = ("add_key", "keyctl", "request_key")
 ERRNO = {"getpeername": errno.ENOTSOCK, **dict.fromkeys(STRUCT_ARGUMENT, errno.ENOSYS)}  # every other: EPERM
 
 
@@ -148,6 +149,10 @@ def rules(mode: str) -> list[tuple[str, list[tuple[int, str, int, int]]]]:
         # workspace need not be nosuid: such a bit would hand host root to whoever runs the file.
         out += [(name, [(arg, "MASKED_EQ", bit, bit)]) for name, arg in MODE_ARGUMENT.items() for bit in SET_ID_BITS]
         out += [(name, []) for name in STRUCT_ARGUMENT]
+        # CodeSpace addition, as Docker's default profile: no kernel keyrings. They are not
+        # namespaced: a command's keys would be visible to the next command and to every host
+        # process of the uid it runs as (a root server's commands: the host's nobody).
+        out += [(name, []) for name in KEYRING_CALLS]
     return out
 
 

@@ -114,6 +114,19 @@ def test_no_user_namespace_inside(sandbox_env):
     assert "UNSHARED" not in out, out
 
 
+def test_no_kernel_keyrings(sandbox_env):
+    """Keyrings are not namespaced: a key added by one command would be there for the next one
+    and for the host's processes of the same uid."""
+    script = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+              "print(libc.syscall(250, 0, -3, 0, 0, 0), ctypes.get_errno())\n"  # keyctl(GET_KEYRING_ID, session)
+              "print(libc.syscall(248, b'user', b'codespace-test', b'x', 1, -3), ctypes.get_errno())\n")  # add_key
+    if os.uname().machine != "x86_64":
+        pytest.skip("syscall numbers of x86_64")
+    code, out, err = sandbox_env.run([interpreter(), "-I", "-S", "-c", script])
+    assert code == 0, err
+    assert out.split() == ["-1", "1", "-1", "1"], out
+
+
 def test_no_signals_to_processes_outside(sandbox_env):
     abi = sandbox_env.sandbox.info().landlock_abi
     if sandbox_env.sandbox.preference == "landlock" and (abi or 0) < 6:
