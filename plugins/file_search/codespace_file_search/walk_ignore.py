@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import pathspec
 
+from codespace.contract import guard_globs
+
 MAX_IGNORE_BYTES = 1 << 20  # an ignore file larger than this is not read (it would only cost time)
 
 
@@ -46,7 +48,7 @@ def scopes_here(dir_fd: int, rel: str, in_repo: bool) -> list[Scope]:
         lines = _read_at(dir_fd, name)
         if lines:
             try:
-                found.append(Scope(base, pathspec.GitIgnoreSpec.from_lines(lines)))
+                found.append(Scope(base, guard_globs(pathspec.GitIgnoreSpec.from_lines(lines))))
             except Exception:  # noqa: BLE001 - a malformed ignore file ignores nothing, as upstream's walker does
                 continue
     return found

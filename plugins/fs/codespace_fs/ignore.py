@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pathspec
 
-from codespace.contract import FsError
+from codespace.contract import FsError, guard_globs
 
 from .reading import open_regular_at, read_all
 
@@ -28,7 +28,7 @@ def compile_globs(patterns: list[str], field: str) -> pathspec.GitIgnoreSpec | N
     if not patterns:
         return None
     try:
-        return pathspec.GitIgnoreSpec.from_lines(patterns)
+        return guard_globs(pathspec.GitIgnoreSpec.from_lines(patterns))
     except (ValueError, TypeError) as exc:  # pathspec's pattern errors are ValueErrors
         raise FsError(
             f"{field} holds a pattern gitignore syntax cannot parse ({exc}). To proceed: fix the pattern, e.g. "
@@ -65,7 +65,7 @@ def load_at(dirfd: int, name: str, shown: str) -> pathspec.GitIgnoreSpec | None:
     finally:
         os.close(fd)
     lines = data.decode("utf-8", "surrogateescape").splitlines()
-    return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+    return guard_globs(pathspec.GitIgnoreSpec.from_lines(lines)) if lines else None
 
 
 def ignored(scopes: tuple[Scope, ...], rel: str, is_dir: bool) -> bool:

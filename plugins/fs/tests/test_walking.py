@@ -159,6 +159,35 @@ async def test_none_areas_are_listed_by_name_never_entered(make_app, ws, mode):
     assert "'none'" in {e["path"]: e["message"] for e in out["errors"]}["secret"]
 
 
+def test_walk_globs_and_ignore_files_of_many_stars_finish(ws, tmp_path):
+    """pathspec's regex of ``********z`` backtracks: 19 s for one 60-character name, over 120 s
+    with ten stars, the server stalled throughout (codespace.contract.globs bounds it). A real
+    server, bounded by the subprocess's time-out, not timed."""
+    import json
+    import subprocess
+    import sys
+
+    (ws / ".gitignore").write_text("*a*a*a*a*a*a*a*q\n")
+    for n in range(40):
+        for end in ("", "z", "q"):
+            (ws / f"{'a' * 60}{n:03}{end}").write_text("x")
+    calls = [{"include": ["**********z"]}, {"exclude": ["*" * 30 + "z"]}, {"gitignore": True}]
+    lines = [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    lines += [{"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": "walk", "arguments": args}}
+              for n, args in enumerate(calls, 1)]
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "codespace"), "serve", "--workspace",
+                           str(ws), "--state-dir", str(tmp_path / "state")], capture_output=True, timeout=60,
+                          input=b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    results = {m["id"]: m["result"]["structuredContent"] for m in map(json.loads, done.stdout.splitlines())
+               if m.get("id")}
+    names = {n: sorted(e["path"] for e in r["entries"] if e["kind"] == "file") for n, r in results.items()}
+    assert len(names[1]) == 40 and all(p.endswith("z") for p in names[1])
+    assert len(names[2]) == 80 + 1 and not any(p.endswith("z") for p in names[2])  # and .gitignore
+    assert len(names[3]) == 80 + 1 and not any(p.endswith("q") for p in names[3])
+
+
 async def test_walk_of_a_file_or_missing_path(make_app, ws, mode):
     (ws / "f").write_text("")
     async with connect(make_app(), mode=mode) as client:
