@@ -36,7 +36,7 @@ class FindFilesArgs(BaseModel):
 
 
 class FoundFile(BaseModel):
-    path: str = Field(description="Path relative to the searched directory.")
+    path: str = Field(description="Path relative to the searched directory (a byte not UTF-8 reads \\xNN).")
     match_type: Literal["file", "directory"]
     file_name: str
     score: int = Field(description="Upstream's score: a tier in the high 16 bits above nucleo's score.")
@@ -67,14 +67,45 @@ def _search(args: FindFilesArgs, root: str, rules, limits, cancel: threading.Eve
     from .walk_index import INDEX
 
     query = parse(args.query)
-    walked, _ = INDEX.walk(root, rules, bounds_of(limits), cancel)
+    try:
+        walked, _ = INDEX.walk(root, rules, bounds_of(limits), cancel)
+    except FileNotFoundError as exc:
+        raise ToolError(f"find_files could not open {shown(root)}: {exc.strerror}", code="not_found") from None
     if walked.cancelled:
-        raise ToolError(f"find_files in {root} was cancelled", code="cancelled")
+        raise ToolError(f"find_files in {shown(root)} was cancelled", code="cancelled")
     found, total = rank(query, walked.entries, args.limit, cancel, walked.memo)
-    files = [FoundFile(path=r.path, match_type="directory" if r.is_dir else "file", file_name=r.name,
-                       score=r.score, indices=r.indices) for r in found]
-    return FindFilesResult(root=root, files=files, total_matches=total, entries_walked=len(walked.entries),
+    files = [_found(r.path, r.name, r.is_dir, r.score, r.indices) for r in found]
+    return FindFilesResult(root=shown(root), files=files, total_matches=total, entries_walked=len(walked.entries),
                            truncated=walked.truncated is not None, truncated_reason=walked.truncated)
+
+
+def shown(text: str) -> str:
+    """``text`` as JSON can carry it: a name's bytes that are not UTF-8 (held as lone
+    surrogates by ``os.fsdecode``) become ``\\xNN`` text, as list_dir, walk and grep show
+    them. A lone surrogate left in the reply is invalid UTF-8 that strict clients reject
+    (the MCP SDK drops the whole message, and the call never returns)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+    return text
+
+
+def _shown_indices(path: str, indices: list[int]) -> list[int]:
+    """Matched positions in ``path`` moved to where their characters stand in ``shown(path)``
+    (an escaped byte takes four characters)."""
+    starts, at = [], 0
+    for char in path:
+        starts.append(at)
+        at += len(shown(char))
+    return [starts[i] for i in indices]
+
+
+def _found(path: str, name: str, is_dir: bool, score: int, indices: list[int]) -> FoundFile:
+    if shown(path) != path:
+        path, name, indices = shown(path), shown(name), _shown_indices(path, indices)
+    return FoundFile(path=path, match_type="directory" if is_dir else "file", file_name=name, score=score,
+                     indices=indices)
 
 
 async def find_files(call, args: FindFilesArgs) -> FindFilesResult:  # noqa: ANN001 - codespace ToolCall
@@ -83,9 +114,10 @@ async def find_files(call, args: FindFilesArgs) -> FindFilesResult:  # noqa: ANN
     if root != args.path:
         refusal = rules.check_exact(root, "read")
         if refusal is not None:
-            raise ToolError(f"refused by policy: {args.path} resolves to {root}: {refusal.message}", code="refused")
+            raise ToolError(f"refused by policy: {shown(args.path)} resolves to {shown(root)}: "
+                            f"{shown(refusal.message)}", code="refused")
     if not os.path.isdir(root):
-        raise ToolError(f"find_files needs a directory to search, and {args.path} is not one "
+        raise ToolError(f"find_files needs a directory to search, and {shown(args.path)} is not one "
                         "(pass path as a directory, or omit it to search the workspace)", code="not_a_directory")
     limits = call.workspace.limits
     result = await run_cancellable(lambda cancel: _search(args, root, rules, limits, cancel))

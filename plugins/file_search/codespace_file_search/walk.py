@@ -9,10 +9,17 @@ out whole, its name included (checked with the gateway's own rules, ``check_exac
 every entry a rule names). A link is followed only when its target is a directory inside
 the search root that the policy lets us read and that is not one of its own ancestors;
 a link leading elsewhere is listed (when its target is readable) but not entered.
+
+A link's target and the root are reached by a resolved path, not beneath a descriptor:
+opening such a path resolves its parents again, and ``O_NOFOLLOW`` guards only the last
+component, so a parent swapped for a link after the path was checked would be followed
+out of what the policy allows. What is opened is therefore kept only when the kernel's
+own name for it (``/proc/self/fd``) is the path that was checked (``_open_exactly``).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -22,6 +29,38 @@ from dataclasses import dataclass, field
 from .walk_ignore import Scope, ignored, in_git_repo, scopes_here
 
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH_OPEN = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_exactly(real: str) -> int | None:
+    """An ``O_PATH`` descriptor of what lies at the resolved path ``real``, or None when
+    nothing does or what the open reached is not there (a parent was swapped for a link
+    between the check and the open: fail closed)."""
+    try:
+        fd = os.open(real, _PATH_OPEN)
+    except OSError:
+        return None
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}") == real:
+            return fd
+    except OSError:
+        pass  # no /proc: what was opened cannot be shown to be the checked path
+    os.close(fd)
+    return None
+
+
+def _open_dir_exactly(real: str) -> int | None:
+    """A readable descriptor of the directory at the resolved path ``real``, or None (see
+    ``_open_exactly``)."""
+    at = _open_exactly(real)
+    if at is None:
+        return None
+    try:
+        return os.open(".", _DIR_OPEN, dir_fd=at)  # "." of a descriptor: nothing left to resolve
+    except OSError:
+        return None
+    finally:
+        os.close(at)
 
 
 @dataclass
@@ -180,24 +219,29 @@ class _Walk:
             self.watch.link(real)
         if self.rules is not None and self.rules.check_exact(real, "read") is not None:
             return  # where it leads is hidden: not even its kind is shown
+        at = _open_exactly(real)
+        if at is None:
+            return  # dangling (upstream's walker skips it too), or changed since it was resolved
         try:
-            st = os.stat(real)
-        except OSError:
-            return  # dangling: upstream's walker skips it too
-        is_dir = stat.S_ISDIR(st.st_mode)
-        if is_dir and (st.st_dev, st.st_ino) in self.ancestors:
-            return  # a loop: upstream's walker reports it as an error and lists nothing
-        if scopes and ignored(scopes, path, is_dir):
-            return
-        self.add(path, name, is_dir)
-        inside = real == self.root or real.startswith(self.root.rstrip("/") + "/")
-        if not is_dir or not inside or depth >= self.bounds.depth:
-            return
-        try:
-            fd = os.open(real, _DIR_OPEN)
-        except OSError:
-            self.out.errors += 1
-            return
+            st = os.fstat(at)
+            if stat.S_ISLNK(st.st_mode):
+                return  # its target was swapped for a link after it was resolved
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if is_dir and (st.st_dev, st.st_ino) in self.ancestors:
+                return  # a loop: upstream's walker reports it as an error and lists nothing
+            if scopes and ignored(scopes, path, is_dir):
+                return
+            self.add(path, name, is_dir)
+            inside = real == self.root or real.startswith(self.root.rstrip("/") + "/")
+            if not is_dir or not inside or depth >= self.bounds.depth:
+                return
+            try:
+                fd = os.open(".", _DIR_OPEN, dir_fd=at)  # the very directory checked: not its path again
+            except OSError:
+                self.out.errors += 1
+                return
+        finally:
+            os.close(at)
         try:
             self.directory(fd, path, real, depth + 1, scopes, in_repo)
         finally:
@@ -210,15 +254,12 @@ def walk_below(root_real: str, rel: str, context: tuple, rules, bounds: Bounds, 
     ``Walked.contexts`` holds it), not descending into ``skip``; None when it is no longer
     the directory the context names (removed, or its path now leads elsewhere)."""
     real, depth, scopes, in_repo, _ = context
-    try:
-        fd = os.open(real, _DIR_OPEN)
-    except OSError:
+    fd = _open_dir_exactly(real)
+    if fd is None:
         return None
     state = _Walk(root_real, rules, bounds, cancel, watch)
     state.skip, state.ancestors = skip, set(ancestors)
     try:
-        if os.readlink(f"/proc/self/fd/{fd}") != real:
-            return None
         state.directory(fd, rel, real, depth, scopes, in_repo)
     except _Stop:
         pass
@@ -232,7 +273,11 @@ def walk(root_real: str, rules=None, bounds: Bounds | None = None,  # noqa: ANN0
     """Every entry below ``root_real`` (a resolved directory path), the root itself first
     as ``("", "", True)`` as upstream lists it; ``watch`` is told of each directory read."""
     state = _Walk(root_real, rules, bounds or Bounds(), cancel, watch)
-    fd = os.open(root_real, _DIR_OPEN)
+    fd = _open_dir_exactly(root_real)
+    if fd is None:
+        raise FileNotFoundError(errno.ENOENT, "the search root is not a directory at its resolved path any more "
+                                "(removed, or a parent replaced by a link, while the search began): search again",
+                                root_real)
     try:
         state.out.entries.append(("", "", True))
         state.directory(fd, "", root_real, 1, (), in_git_repo(root_real))
