@@ -1,0 +1,230 @@
+"""The HTTP transport's checks of a request before the SDK sees it: the SDK's own Host and
+Origin checks made first (DNS rebinding), and the JSON-RPC refusals the stdio front gives
+(:class:`JsonRpcPrecheck`), each answered as over stdio."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, check_accept_headers
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request, find_duplicated_routing_header
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.datastructures import Headers
+from starlette.requests import Request
+
+from ..app import App
+from ..surrogates import find_lone_surrogate
+from .calls import answer_call
+from .wire import MODERN_PROTOCOL_VERSIONS, PROTOCOL_VERSION_META_KEY, BadMessage, encode, parse, stamp_server_info
+
+
+async def _send_plain(send: Any, status: int, message: str) -> None:
+    body = message.encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class HostOriginGate:
+    """ASGI middleware: the SDK's DNS-rebinding checks (Host, Origin) on every request,
+    before any handling of ours; the SDK makes them only once a request reaches its
+    transport, which answers we give ourselves would skip."""
+
+    def __init__(self, app: Any, settings: TransportSecuritySettings) -> None:
+        self.app = app
+        self._security = TransportSecurityMiddleware(settings)
+        hosts, origins = ", ".join(settings.allowed_hosts), ", ".join(settings.allowed_origins)
+        self._explained = {
+            421: f"Invalid Host header: this server answers only requests addressed to {hosts} "
+                 "(DNS-rebinding protection); connect to one of those addresses",
+            403: f"Invalid Origin header: a web page may call this server only from {origins} "
+                 "(DNS-rebinding protection); call it from one of those origins or from a non-browser client",
+        }
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            # is_post=False: the Content-Type rule is the SDK's own, and stays its to apply
+            # (a POST to another path gets 404, not 400).
+            refusal = await self._security.validate_request(Request(scope), is_post=False)
+            if refusal is not None:
+                status = refusal.status_code
+                await _send_plain(send, status, self._explained.get(status, bytes(refusal.body).decode()))
+                return
+        await self.app(scope, receive, send)
+
+
+_ADMIT, _LEAVE_TO_SDK = "admit", "leave to the SDK"
+
+MISSING_SESSION_BODY = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+    "code": -32600,
+    "message": "Bad Request: Missing session ID: a call over this protocol version belongs to a session; send "
+               "the mcp-session-id header that the server returned from initialize (or initialize first)",
+}}).encode()
+
+
+class JsonRpcPrecheck:
+    """ASGI middleware: a POSTed message the stdio front would refuse (nested too deep,
+    an object as id, a batch, not JSON-RPC) gets the same JSON-RPC error with status 400,
+    before the SDK sees it (it leaves an object id unanswered). A tool call whose
+    arguments hold a lone surrogate, which the SDK's parser refuses as a bare parse error,
+    gets the gateway's answer naming the argument, as over stdio."""
+
+    def __init__(self, app: Any, limit: int, codespace: App, sessions: StreamableHTTPSessionManager,
+                 security: TransportSecuritySettings) -> None:
+        self.app = app
+        self._limit = limit
+        self._codespace = codespace
+        self._sessions = sessions
+        self._security = TransportSecurityMiddleware(security)
+
+    async def _admission(self, scope: dict[str, Any], message: dict[str, Any]) -> str | bytes:
+        """Whether the SDK would serve this call: ``_ADMIT``, ``_LEAVE_TO_SDK`` (it refuses
+        it, and says why, before parsing the body), or the body of a 400 that says what
+        is missing where the SDK's refusal would be a bare parse error."""
+        request = Request(scope)
+        has_json, has_sse = check_accept_headers(request)
+        if await self._security.validate_request(request, is_post=True) is not None \
+                or not has_json or not (has_sse or self._sessions.json_response):
+            return _LEAVE_TO_SDK
+        headers = Headers(scope=scope)
+        version = headers.get("mcp-protocol-version")
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            # The sessionless era, routed by the header as the SDK's session manager does.
+            if find_duplicated_routing_header(headers.items()) is not None \
+                    or isinstance(classify_inbound_request(message, headers=dict(headers)), InboundLadderRejection):
+                return _LEAVE_TO_SDK
+            return _ADMIT
+        session_id = headers.get(MCP_SESSION_ID_HEADER)
+        if session_id is None:
+            return MISSING_SESSION_BODY
+        return _ADMIT if self._live_session(session_id, scope) else _LEAVE_TO_SDK
+
+    def _live_session(self, session_id: str, scope: dict[str, Any]) -> bool:
+        """Whether the SDK's session manager would hand this session's requests to its transport.
+
+        The SDK keeps no public registry of sessions, so this reads its private
+        ``_server_instances``; should that ever change shape, every session counts as
+        unknown and the SDK answers these calls itself (with a parse error), which
+        never serves a call in a session that does not exist."""
+        sessions = getattr(self._sessions, "_server_instances", None)
+        transport = sessions.get(session_id) if isinstance(sessions, Mapping) else None
+        if transport is None or getattr(transport, "is_terminated", True):
+            return False
+        idle = getattr(transport, "idle_scope", None)
+        if idle is not None and idle.cancel_called:  # timed out: the SDK answers 404
+            return False
+        # The SDK binds a session to scope["user"]; nothing here sets one, so a request
+        # that carries one came some other way and is the SDK's to judge.
+        return scope.get("user") is None
+
+    async def _surrogate_call(self, message: dict[str, Any], scope: dict[str, Any], send: Any) -> bool:
+        params = message.get("params")
+        if message.get("method") != "tools/call" or not isinstance(params, dict) or "id" not in message:
+            return False
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, dict) or find_lone_surrogate(arguments) is None:
+            return False
+        admission = await self._admission(scope, message)
+        if admission is _LEAVE_TO_SDK:
+            return False
+        if isinstance(admission, bytes):
+            await send({"type": "http.response.start", "status": 400, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(admission)).encode())]})
+            await send({"type": "http.response.body", "body": admission})
+            return True
+        meta = params.get("_meta")
+        modern = isinstance(meta, dict) and meta.get(PROTOCOL_VERSION_META_KEY) in MODERN_PROTOCOL_VERSIONS
+        # Refused before any work; the answer is written here, not by the SDK, so it gets the SDK's stamp here.
+        result = await answer_call(self._codespace, name, arguments, transport="http", client_name=None, modern=modern)
+        if modern:
+            stamp_server_info(result)
+        body = encode({"jsonrpc": "2.0", "id": message["id"], "result": result})
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+        return True
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                # The client left before its body was whole: there is no one to answer,
+                # and the SDK would log the ClientDisconnect with a traceback.
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self._limit or not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        if size <= self._limit:
+            try:
+                message = parse(body)
+            except BadMessage as bad:
+                if bad.reply:
+                    await send({"type": "http.response.start", "status": 400, "headers": [
+                        (b"content-type", b"application/json"), (b"content-length", str(len(bad.reply)).encode())]})
+                    await send({"type": "http.response.body", "body": bad.reply})
+                    return
+            else:
+                if await self._surrogate_call(message, scope, send):
+                    return
+                send = _filling_invalid_params(send, message, scope)
+        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": size > self._limit}],
+                                      receive), send)
+
+
+_EMPTY_INVALID_PARAMS = b'"code":-32602,"message":"Invalid request parameters","data":""'
+
+
+def _filling_invalid_params(send: Any, message: dict[str, Any], scope: dict[str, Any]) -> Any:
+    """``send`` that gives the SDK's -32602 (empty ``data``) a ``data`` saying what was wrong,
+    as over stdio."""
+    method, params = message.get("method"), message.get("params")
+    if not isinstance(method, str) or "id" not in message:
+        return send
+    headers = dict(scope.get("headers") or ())
+    held: list[dict[str, Any]] = []
+
+    async def filling(event: dict[str, Any]) -> None:
+        if event["type"] == "http.response.start":
+            held.append(event)
+            return
+        if event["type"] == "http.response.body" and _EMPTY_INVALID_PARAMS in event.get("body", b""):
+            from .bridge import describe_invalid_params
+
+            meta = params.get("_meta") if isinstance(params, dict) else None
+            stamped = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+            version = stamped or headers.get(b"mcp-protocol-version", b"").decode("latin-1") or None
+            initialized = stamped is not None or method == "initialize" or b"mcp-session-id" in headers
+            hint = describe_invalid_params(method, params, version, initialized)
+            filled = _EMPTY_INVALID_PARAMS[:-2] + json.dumps(hint).encode()
+            event = {**event, "body": event["body"].replace(_EMPTY_INVALID_PARAMS, filled)}
+            if held and not event.get("more_body"):
+                held[0] = {**held[0], "headers": [
+                    (k, str(len(event["body"])).encode() if k.lower() == b"content-length" else v)
+                    for k, v in held[0].get("headers", [])]}
+        while held:
+            await send(held.pop(0))
+        await send(event)
+
+    return filling
+
+
+def _replay(messages: list[dict[str, Any]], then: Any = None) -> Any:
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        if then is not None:
+            return await then()
+        return {"type": "http.disconnect"}
+
+    return receive
