@@ -105,6 +105,8 @@ def write_in_place(
                     while offset < len(view):
                         offset += os.pwrite(fd, view[offset:offset + CHUNK * 8], offset)
                     os.ftruncate(fd, len(data))
+                    if kept_mode(st.st_mode) != stat.S_IMODE(st.st_mode):
+                        os.fchmod(fd, kept_mode(st.st_mode))
                     if durable:
                         os.fsync(fd)
                     else:
@@ -118,6 +120,17 @@ def write_in_place(
             os.close(opened.fd)
     write_atomic(conf, path, data, max_file_bytes=max_file_bytes, create_parents=create_parents,
                  follow_symlink=follow_symlink, durable=durable, report_previous=False)
+
+
+def kept_mode(st_mode: int) -> int:
+    """The mode a rewritten file keeps: its own, less set-user-ID (and set-group-ID on a
+    group-executable file), as the kernel drops them when anyone without CAP_FSETID writes
+    a file. A root server writes as root, which keeps them: the agent's new content would
+    then run with the file owner's privileges, for whoever runs it."""
+    mode = stat.S_IMODE(st_mode) & ~stat.S_ISUID
+    if mode & stat.S_IXGRP:
+        mode &= ~stat.S_ISGID
+    return mode
 
 
 def _check_size(path: str, data: bytes, max_file_bytes: int) -> None:
@@ -162,7 +175,7 @@ def _replace(
     durable: bool = True, report_previous: bool = True,
 ) -> tuple[bool, str | None]:
     before, previous = _existing(dirfd, name, path, expected, must_not_exist, report_previous)
-    mode = stat.S_IMODE(before.st_mode) if before is not None else 0o666
+    mode = kept_mode(before.st_mode) if before is not None else 0o666
     fd, tmp = _open_temp(dirfd, mode, path)
     try:
         try:

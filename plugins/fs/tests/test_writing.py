@@ -148,6 +148,27 @@ async def test_writes_through_an_in_root_parent_link_are_rechecked(make_app, ws,
     assert (ws / "src" / "ok.txt").read_text() == "fine"
 
 
+async def test_a_rewritten_file_loses_set_user_id(make_app, backend_factory, ws, mode):
+    """New content must not run with the owner's privileges: a root server writes as root,
+    which the kernel lets keep set-user-ID (and set-group-ID on a group-executable file),
+    so a setuid-root file in the workspace rewritten by write_file (or a patch, through
+    write_bytes, in place or replaced) stayed setuid root with the agent's content."""
+    files = {"suid": 0o4755, "sgid": 0o2755, "both": 0o6711, "lockmark": 0o2644}  # g+s without g+x: a lock mark
+    for name, bits in files.items():
+        (ws / name).write_text("#!/bin/sh\n")
+        os.chmod(ws / name, bits)
+    async with connect(make_app(), mode=mode) as client:
+        for name in files:
+            await call_ok(client, "write_file", {"path": name, "content": "#!/bin/sh\nid\n"})
+    assert {n: stat.S_IMODE(os.stat(ws / n).st_mode) for n in files} == {
+        "suid": 0o755, "sgid": 0o755, "both": 0o711, "lockmark": 0o2644}
+    backend = backend_factory()
+    for in_place in (True, False):
+        os.chmod(ws / "suid", 0o4755)
+        await backend.write_bytes(str(ws / "suid"), b"#!/bin/sh\nwhoami\n", in_place=in_place)
+        assert stat.S_IMODE(os.stat(ws / "suid").st_mode) == 0o755, in_place
+
+
 async def test_write_bytes_follow_symlink_for_the_patcher(backend_factory, ws, resolver):
     backend = backend_factory()
     (ws / "t.txt").write_text("old")
