@@ -7,6 +7,7 @@ import errno
 import fcntl
 import logging
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,12 +57,33 @@ def pending(journal_dir: Path) -> list[Path]:
     )
 
 
-def _armed(path: Path) -> bool:
+# A journal directory may be one the caller chose (CODESPACE_STATE_DIR), where anyone who can
+# write it may plant a link or a FIFO under a journal's name: its files are opened without
+# following a link and without blocking, and only a regular file is read.
+_OPEN_JOURNAL = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_regular(path: Path, flags: int) -> int | None:
+    """A descriptor of the regular file at ``path`` (no link followed), or None."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(SLOT_MAGIC)) == SLOT_MAGIC
+        fd = os.open(path, flags | _OPEN_JOURNAL)
     except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _armed(path: Path) -> bool:
+    fd = _open_regular(path, os.O_RDONLY)
+    if fd is None:
         return False
+    try:
+        return os.read(fd, len(SLOT_MAGIC)) == SLOT_MAGIC
+    finally:
+        os.close(fd)
 
 
 def remove_void_slots(journal_dir: Path) -> None:
@@ -77,9 +99,8 @@ def remove_void_slots(journal_dir: Path) -> None:
 
 
 def _unlink_unlocked(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    fd = _open_regular(path, os.O_RDONLY)
+    if fd is None:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -135,9 +156,16 @@ async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int, rules: Path
     remove_void_slots(journal_dir)
     for path in pending(journal_dir):
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            regular = stat.S_ISREG(os.lstat(path).st_mode)
         except FileNotFoundError:
             continue  # its writer finished meanwhile
+        if not regular:
+            log.error("patch journal %s is not a regular file (a link, a FIFO...); left alone", path)
+            outcome.failed.append(f"{path} (not a regular file)")
+            continue
+        fd = _open_regular(path, os.O_RDWR)
+        if fd is None:
+            continue  # its writer finished meanwhile (or it was swapped: judged again next time)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

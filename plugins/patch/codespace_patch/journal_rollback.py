@@ -26,7 +26,13 @@ async def current_content(fs: FileSystem, path: str, max_bytes: int) -> bytes | 
 def _keep_found(journal: Path, index: int, content: bytes) -> Path:
     """What a torn (or since edited) in-place target held, kept beside its journal."""
     kept = journal.with_name(f"{journal.name}.found-{index}")
-    fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    # A new file, never through what lies there: the journal's directory may be one the caller
+    # chose, and a link planted under this name once took these bytes anywhere.
+    try:
+        kept.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         pwrite_all(fd, [content])
         os.fsync(fd)

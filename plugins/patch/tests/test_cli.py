@@ -109,6 +109,31 @@ def test_a_forged_journal_where_the_agent_writes_touches_nothing(ws, argv, env, 
     assert sorted(p.name for p in journals.iterdir()) == ["forged.journal.refused"]
 
 
+def test_links_and_fifos_in_a_journal_directory_the_agent_writes_are_never_followed(ws, argv, env, tmp_path):
+    """A torn in-place entry's current bytes are kept beside its journal (.found-N): a link planted
+    under that name took them wherever it led (the journal itself naming only a workspace file).
+    FIFOs named like a journal or a slot hung the helper or ended it with a traceback."""
+    from codespace_patch.journal_format import JournalEntry, JournalRecord, encode
+
+    write(ws, {"a.txt": "attacker's bytes\n", ".git/config": "[core]\n"})
+    victims = [tmp_path / "victim.txt", ws / ".git" / "config"]
+    victims[0].write_text("original\n")
+    journals = ws / "st" / "patch-journal"
+    journals.mkdir(parents=True)
+    for n, victim in enumerate(victims):
+        record = JournalRecord(entries=[JournalEntry(str(ws / "a.txt"), b"old\n", "0" * 64, in_place=True)],
+                               dirs=[], pid=999999)
+        (journals / f"j{n}.journal").write_bytes(b"".join(encode(record)))
+        os.symlink(victim, journals / f"j{n}.journal.found-0")
+    os.mkfifo(journals / "x.slot")
+    os.mkfifo(journals / "y.journal")
+    out = run_helper(argv, str(ws), patch_of("*** Add File: harmless.txt", "+hi"),
+                     {**env, "CODESPACE_STATE_DIR": str(ws / "st"), "CODESPACE_PATCH_MODE": "atomic"})
+    assert out.code == 0 and (ws / "harmless.txt").read_text() == "hi\n", out.stderr
+    assert [v.read_text() for v in victims] == ["original\n", "[core]\n"]
+    assert b"Traceback" not in out.stderr and b"y.journal is not a regular file" in out.stderr, out.stderr
+
+
 def test_setup_problems_exit_3_with_a_clear_message(ws, argv, env):
     out = run_helper(argv, str(ws), patch_of("*** Add File: a", "+x"), {**env, "CODESPACE_PLUGINS_ALLOW": "patch"})
     assert out.code == 3 and b"no file-system backend is installed" in out.stderr and b"codespace-fs" in out.stderr
