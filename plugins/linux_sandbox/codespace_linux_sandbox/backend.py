@@ -195,7 +195,8 @@ class LinuxSandbox:
                                             pid_namespace=may_make_pid_namespaces(),
                                             unix_sockets=self.allow_unix_sockets,
                                             walk_cut=self._protected.truncated(),
-                                            protected_by_mounts=run_as.mounts_possible(self.run_as())),
+                                            protected_by_mounts=run_as.mounts_possible(self.run_as()),
+                                            read_only_view=bool(self.run_as() and self.run_as().idmap)),
                             *run_as.cannot_enforce(self.run_as(), self.root, choice.engine)]
             if choice.available else [],
             detail=detail,

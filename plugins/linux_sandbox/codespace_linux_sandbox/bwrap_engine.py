@@ -102,7 +102,7 @@ def _identity(hs: dict, userns_fd: int | None) -> BwrapIdentity | None:
     if run_as is None:
         return None
     try:
-        identity = BwrapIdentity(run_as, userns_fd, [w for w in hs["policy"]["writable"] if w != "/"])
+        identity = BwrapIdentity(run_as, userns_fd, hs["policy"]["writable"])
         identity.prepare()
     except IdentityError as exc:
         raise SetupError(f"cannot run the command as an unprivileged user: {exc}") from None

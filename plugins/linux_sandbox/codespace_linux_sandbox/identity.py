@@ -13,8 +13,8 @@ chose: the workspace owner when that is not root (no id mapping: the command has
 user's permissions, and what it creates is that user's), else the policy's
 ``[sandbox] run_as_uid``/``run_as_gid`` (65534 by default) with ``idmap`` set.
 
-With ``idmap`` the command sees the host through an *idmapped mount* of ``/`` (and of every
-writable root on another mount): on-disk uid 0 / gid 0 appear as ``run_as``, and what
+With ``idmap`` the command sees the host through an *idmapped mount* of ``/``, read-only, and
+one of every writable root, writable: on-disk uid 0 / gid 0 appear as ``run_as``, and what
 ``run_as`` creates is written to disk as 0 / 0. So the command has the file permissions the
 owner bits give root (it traverses /root, runs an interpreter installed there, writes the
 root-owned workspace) and the files it leaves belong to the workspace's owner, while the
@@ -25,8 +25,11 @@ show as the overflow id and are never the command's own.
 The idmapped tree lives in a mount namespace of the helper's (``unshare(CLONE_NEWNS)``,
 everything private, so nothing propagates to the host): ``open_tree(OPEN_TREE_CLONE |
 AT_RECURSIVE)`` clones ``/``, ``mount_setattr(MOUNT_ATTR_IDMAP)`` maps its top mount (proc,
-sysfs and devtmpfs below cannot be idmapped; the sandbox replaces or hides them), and the
-clone is attached over ``/`` and entered with ``chroot``. bwrap is spawned from there as
+sysfs and devtmpfs below cannot be idmapped; the sandbox replaces or hides them) and makes
+it read-only (through the mapping the command owns every root-owned file, and
+Landlock has no right for chmod, chown, extended attributes or times), each writable root is
+cloned and idmapped from the host's tree, and the clone of ``/`` is attached over ``/``,
+entered with ``chroot``, and the writable roots' clones attached on it. bwrap is spawned from there as
 ``run_as`` (real ids set, ``POSIX_SPAWN_RESETIDS``), and the helper returns to the host's
 mount namespace with ``setns``; the Landlock engine's child enters the view for good
 before it drops its ids. Cost: about 0.6 ms of system calls per command; the user
@@ -86,28 +89,6 @@ def make_userns(uid: int, gid: int) -> int:
         posix.waitpid(pid, 0)
 
 
-def _mount_points() -> list[str]:
-    with open("/proc/self/mountinfo", "rb") as f:
-        lines = f.read().split(b"\n")
-    out = []
-    for line in lines:
-        fields = line.split(b" ")
-        if len(fields) > 4:
-            point = fields[4]
-            for code in (b"\\040", b"\\011", b"\\012", b"\\134"):
-                point = point.replace(code, bytes([int(code[1:], 8)]))
-            out.append(point.decode("utf-8", "surrogateescape"))
-    return out
-
-
-def _mount_of(path: str, points: list[str]) -> str:
-    best = "/"
-    for point in points:
-        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
-            best = point
-    return best
-
-
 def _idmapped_clone(path: str, userns: int) -> int:
     fd = _check(libc.syscall(libc.Long(libc.SYS_OPEN_TREE), libc.AT_FDCWD, path.encode("utf-8", "surrogateescape"),
                              libc.OPEN_TREE_CLONE | libc.OPEN_TREE_CLOEXEC | libc.AT_RECURSIVE),
@@ -127,8 +108,9 @@ def _attach(fd: int, target: str) -> None:
 
 
 def enter_idmapped_view(userns: int, writable: list[str]) -> None:
-    """Make this process's root an idmapped clone of ``/`` in a private mount namespace, with
-    every writable root on another mount idmapped too (module docstring)."""
+    """Make this process's root an idmapped clone of ``/`` in a private mount namespace,
+    read-only but for every writable root (``writable``; ``/`` among them: all of it), each
+    on an idmapped clone of its own (module docstring)."""
     try:
         _enter_idmapped_view(userns, writable)
     except IdentityError as exc:
@@ -138,25 +120,48 @@ def enter_idmapped_view(userns: int, writable: list[str]) -> None:
 
 
 def _enter_idmapped_view(userns: int, writable: list[str]) -> None:
-    points = _mount_points()
     _check(libc.unshare(libc.CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(b"none", b"/", None, libc.MS_REC | libc.MS_PRIVATE, None), "making the mounts private")
-    root = _idmapped_clone("/", userns)
+    whole = "/" in writable
+    clones: list[tuple[str, int]] = []
     try:
-        _attach(root, "/")
-        posix.fchdir(root)
-        posix.chroot(".")
-        posix.chdir("/")
-    finally:
-        posix.close(root)
-    others = sorted({_mount_of(w, points) for w in writable if posix.access(w, posix.F_OK)} - {"/"}, key=len)
-    for point in others:
-        target = next(w for w in sorted(writable, key=len) if _mount_of(w, points) == point)
-        fd = _idmapped_clone(target, userns)
+        # From the host's tree, before the view covers it: a clone of the view's would be
+        # idmapped (and read-only) already.
+        for path in [] if whole else _topmost([w for w in writable if posix.access(w, posix.F_OK)]):
+            clones.append((path, _idmapped_clone(path, userns)))
+        root = _idmapped_clone("/", userns)
         try:
-            _attach(fd, target)
+            if not whole:
+                # Through the mapping the command owns every root-owned file, and Landlock has no
+                # right for chmod, chown, extended attributes or times: only a read-only mount
+                # keeps those from host files (/etc/passwd made 0666 was host root for anyone).
+                # The top mount only, the one mapped: below it proc (bwrap writes uid_map there),
+                # sysfs and the other file systems are not mapped, so nothing there is the command's.
+                _check(libc.syscall(libc.Long(libc.SYS_MOUNT_SETATTR), root, b"", libc.AT_EMPTY_PATH,
+                                    _ATTR_READ_ONLY, len(_ATTR_READ_ONLY)), "mount_setattr(read-only)")
+            _attach(root, "/")
+            posix.fchdir(root)
+            posix.chroot(".")
+            posix.chdir("/")
         finally:
+            posix.close(root)
+        for path, fd in clones:
+            _attach(fd, path)
+    finally:
+        for _, fd in clones:
             posix.close(fd)
+
+
+_ATTR_READ_ONLY = libc.MOUNT_ATTR_RDONLY.to_bytes(8, "little") + bytes(24)  # struct mount_attr: attr_set only
+
+
+def _topmost(paths: list[str]) -> list[str]:
+    """``paths`` without those inside another of them (a clone of a root holds what is below it)."""
+    kept: list[str] = []
+    for path in sorted(set(paths), key=len):
+        if not any(path == top or path.startswith(top.rstrip("/") + "/") for top in kept):
+            kept.append(path)
+    return kept
 
 
 class BwrapIdentity:

@@ -112,7 +112,7 @@ def confine_and_exec(hs: dict, ruleset_fd: int, program: bytes | None, parent: i
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         idmap = run_as is not None and bool(run_as.get("idmap"))
         if idmap:
-            identity.enter_idmapped_view(userns, [w for w in hs["policy"]["writable"] if w != "/"])
+            identity.enter_idmapped_view(userns, [*hs["policy"]["writable"], env["TMPDIR"]])
         if mounts is not None:
             landlock_mounts.apply(*mounts, new_namespace=not idmap)
         os.chdir(hs["command"]["cwd"])

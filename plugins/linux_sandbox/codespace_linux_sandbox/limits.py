@@ -72,10 +72,18 @@ def _common(unix_sockets: tuple[str, ...], walk_cut: list[str]) -> list[str]:
     return out
 
 
+# Landlock has no right for these; a root server's commands see the host through a read-only
+# idmapped view instead (identity.py), which keeps them from every file outside the writable roots.
+LANDLOCK_METADATA = (
+    "changing the mode, owner, extended attributes or times of the command's own files (those of the uid "
+    "it runs as) outside the writable roots: Landlock has no right for chmod, chown, setxattr or utimes")
+
+
 def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid_namespace: bool = True,
                    unix_sockets: tuple[str, ...] = (), walk_cut: list[str] = (),
-                   protected_by_mounts: bool = False) -> list[str]:
-    """``protected_by_mounts``: the Landlock engine's helpers are root with CAP_SYS_ADMIN."""
+                   protected_by_mounts: bool = False, read_only_view: bool = False) -> list[str]:
+    """``protected_by_mounts``: the Landlock engine's helpers are root with CAP_SYS_ADMIN;
+    ``read_only_view``: commands see the host through the read-only idmapped view."""
     if engine == "bubblewrap":
         out = [*BUBBLEWRAP, *_common(unix_sockets, walk_cut)]
         if not mount_proc:
@@ -84,6 +92,8 @@ def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid
             out.append(BUBBLEWRAP_WITHOUT_PID_NAMESPACE)
         return out
     out = [*LANDLOCK, *_common(unix_sockets, walk_cut)]
+    if not read_only_view:
+        out.append(LANDLOCK_METADATA)
     if protected_by_mounts:
         out[out.index(LANDLOCK_SPLIT)] = LANDLOCK_SPLIT_BY_DENY_READ
     if abi is not None and abi >= 4:

@@ -42,6 +42,8 @@ PROBE_DIFFERENCES: dict[tuple[str, str], dict[str, tuple[str, str, str]]] = {
 
 
 AS_ROOT_LANDLOCK_AGREES = ("write_cwd", "write_git", "create_codex", "mkdir_codex")
+LANDLOCK_TMP_VIEW = ("CodeSpace's policy does not make /tmp writable: a root server's Landlock commands see the "
+                     "host read-only outside the writable roots, and get a private TMPDIR")
 
 
 def probe_differences(engine: str, policy: str, root: bool | None = None) -> dict[str, tuple[str, str, str]]:
@@ -49,11 +51,14 @@ def probe_differences(engine: str, policy: str, root: bool | None = None) -> dic
     rows = dict(PROBE_DIFFERENCES[(engine, policy)])
     if os.geteuid() == 0 if root is None else root:
         rows["open_sysctl"] = ("EACCES", "ok", HOST_ROOT)
-        if (engine, policy) == ("landlock", "workspace-write"):
+        if engine == "landlock":
             # As root the Landlock child keeps protected names with read-only mounts, as upstream's
-            # bwrap does (landlock_mounts): these rows agree with upstream there.
-            for name in AS_ROOT_LANDLOCK_AGREES:
+            # bwrap does (landlock_mounts), and sees the host through a read-only view but for the
+            # writable roots (identity): a read-only mount's EROFS, upstream's answer too.
+            for name in [*AS_ROOT_LANDLOCK_AGREES, *(n for n, (_o, _u, why) in rows.items() if why == LANDLOCK_ERRNO)]:
                 rows.pop(name, None)
+            if "write_tmp" in rows:
+                rows["write_tmp"] = ("EROFS", rows["write_tmp"][1], LANDLOCK_TMP_VIEW)
     return rows
 
 
@@ -144,7 +149,8 @@ is not here: a binary that offers it again shows as a difference (unix sockets: 
 
 def all_reasons() -> set[str]:
     """Every reason the check can report: what README.md's "Pin check" section must list."""
-    reasons = {why for rows in PROBE_DIFFERENCES.values() for _o, _t, why in rows.values()} | {HOST_ROOT}
+    reasons = {why for rows in PROBE_DIFFERENCES.values() for _o, _t, why in rows.values()} | {HOST_ROOT,
+                                                                                              LANDLOCK_TMP_VIEW}
     reasons |= {why for _p, _s, why in ARGV_DIFFERENCES}
     reasons |= {why for kind, why in SURFACE.values() if kind == "listed"}
     return reasons

@@ -114,6 +114,35 @@ def test_no_user_namespace_inside(sandbox_env):
     assert "UNSHARED" not in out, out
 
 
+def test_metadata_of_files_outside_the_writable_roots_stays(sandbox_env):
+    """Landlock has no right for chmod, chown, extended attributes or times, and a root server's
+    commands own every root-owned file through the id mapping: a command made a root-owned 0600
+    file outside the writable roots 0666 (say /etc/passwd). The view outside them is read-only."""
+    env = sandbox_env
+    target = env.outside / "target"
+    target.write_text("root only\n")
+    os.chmod(target, 0o600)
+    os.utime(target, (1_000_000_000, 1_000_000_000))
+    before = target.stat()
+    script = (f"chmod 0666 {target}; chown 65534 {target}; touch -d 2001-01-01 {target}; "
+              f"setfattr -n user.x -v 1 {target} 2>/dev/null || {interpreter()} -I -S -c "
+              f"\"import os; os.setxattr('{target}', 'user.x', b'1')\"; "
+              "echo inside > sub/own && chmod 0700 sub/own && echo INSIDE-OK; exit 0")
+    _code, out = sh(env, script)
+    after = target.stat()
+    assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_mtime) == (0o600, before.st_uid, before.st_mtime), out
+    assert os.listxattr(target) == [], out
+    assert "INSIDE-OK" in out and stat.S_IMODE((env.ws / "sub" / "own").stat().st_mode) == 0o700, out
+
+
+def test_the_metadata_gap_is_named_where_no_read_only_view_closes_it():
+    from codespace_linux_sandbox.limits import LANDLOCK_METADATA, cannot_enforce
+
+    assert LANDLOCK_METADATA in cannot_enforce("landlock", 7)  # an unprivileged server's commands
+    assert LANDLOCK_METADATA not in cannot_enforce("landlock", 7, read_only_view=True)  # a root server's
+    assert LANDLOCK_METADATA not in cannot_enforce("bubblewrap", None)  # read-only binds
+
+
 def test_no_kernel_keyrings(sandbox_env):
     """Keyrings are not namespaced: a key added by one command would be there for the next one
     and for the host's processes of the same uid."""

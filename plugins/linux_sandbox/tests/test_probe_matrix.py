@@ -55,14 +55,19 @@ EXPECTED = {
 }
 
 
-# A root server's Landlock child protects the names with read-only mounts (landlock_mounts).
-LANDLOCK_RW_AS_ROOT = {"write_cwd": "ok", "write_git": "EROFS", "create_codex": "EROFS", "mkdir_codex": "EEXIST"}
+# A root server's Landlock child protects the names with read-only mounts (landlock_mounts), and
+# its commands see the host through a read-only view but for the writable roots (identity): a
+# read-only mount answers EROFS before Landlock's EACCES, as upstream's bwrap does.
+LANDLOCK_RW_AS_ROOT = {"write_cwd": "ok", "write_git": "EROFS", "create_codex": "EROFS", "mkdir_codex": "EEXIST",
+                       "write_outside": "EROFS", "write_tmp": "EROFS"}
+LANDLOCK_RO_AS_ROOT = dict.fromkeys(("write_outside", "write_cwd", "write_cwd_subdir", "write_tmp", "write_git",
+                                     "mkdir_codex"), "EROFS")
 
 
 def _expected(engine: str, policy: str) -> dict[str, str]:
     rows = dict(EXPECTED[(engine, policy)])
-    if (engine, policy) == ("landlock", "workspace-write") and os.geteuid() == 0:
-        rows.update(LANDLOCK_RW_AS_ROOT)
+    if engine == "landlock" and os.geteuid() == 0:
+        rows.update(LANDLOCK_RW_AS_ROOT if policy == "workspace-write" else LANDLOCK_RO_AS_ROOT)
     return rows
 
 
