@@ -52,6 +52,7 @@ PASSES: tuple[Callable[[str], str], ...] = (_exact, _trailing, _both, _punctuati
 
 _CANDIDATES = 32  # positions tried one by one before a search in linear time takes over
 _MAX_CODE = 0x10FFFF  # chr()'s last: a file with more distinct lines keeps the position loop
+_INDEX_AFTER = 65536  # lines scanned, beyond four times the view's length, before it is indexed
 
 
 class Seeker:
@@ -61,6 +62,11 @@ class Seeker:
         self.lines = lines
         self._views: list[list[str] | None] = [lines, None, None, None]
         self._coded: list[tuple[dict[str, int], str] | None] = [None, None, None, None]
+        # Where each line of a view stands, made once scanning a view has cost a few times its
+        # length: many chunks that each fail a pass (150,000 one-line chunks, each scanning the
+        # rest of the file before the next pass matched, took 90 s) then look up, not scan.
+        self._where: list[dict[str, list[int]] | None] = [None, None, None, None]
+        self._scanned = [0, 0, 0, 0]
 
     def _view(self, index: int) -> list[str]:
         view = self._views[index]
@@ -101,14 +107,34 @@ class Seeker:
         position = first
         stop = last + 1
         for _ in range(_CANDIDATES):
-            try:
-                position = view.index(head, position, stop)
-            except ValueError:
+            found = self._next(index, view, head, position, stop)
+            if found is None:
                 return None
+            position = found
             if m == 1 or view[position:position + m] == wanted:
                 return position
             position += 1
         return self._search(index, wanted, position, last)
+
+    def _next(self, index: int, view: list[str], head: str, position: int, stop: int) -> int | None:
+        """The first position in [position, stop) holding ``head``."""
+        where = self._where[index]
+        if where is not None:
+            from bisect import bisect_left  # only here: the helper's start-up pays for every import
+
+            positions = where.get(head, ())
+            at = bisect_left(positions, position)
+            return positions[at] if at < len(positions) and positions[at] < stop else None
+        try:
+            found = view.index(head, position, stop)
+        except ValueError:
+            found = None
+        self._scanned[index] += (stop if found is None else found) - position
+        if self._scanned[index] > 4 * len(view) + _INDEX_AFTER:
+            where = self._where[index] = {}
+            for at, line in enumerate(view):
+                where.setdefault(line, []).append(at)
+        return found
 
     def _search(self, index: int, wanted: list[str], first: int, last: int) -> int | None:
         """The same answer in time linear in the file: every distinct line of the view becomes

@@ -104,14 +104,16 @@ def test_end_of_file_anchor_has_no_fallback():
     assert seeker.find(["a", "b", "a", "c", "d"], 0) is None
 
 
-@pytest.mark.parametrize("candidates", [0, 1, 32])
-def test_the_linear_search_answers_as_the_passes_do(monkeypatch, candidates):
+@pytest.mark.parametrize(("candidates", "indexed"), [(0, False), (1, False), (32, False), (32, True), (1, True)])
+def test_the_linear_search_answers_as_the_passes_do(monkeypatch, candidates, indexed):
     """Past a few candidate positions the seek turns to a substring search over the lines
-    coded as characters; whenever it does, the answer is the four passes' own (brute force
-    here, over small files where every position is a candidate)."""
+    coded as characters, and once scanning a view has cost enough it looks positions up in an
+    index of it; whichever it does, the answer is the four passes' own (brute force here, over
+    small files where every position is a candidate)."""
     from codespace_patch import seek
 
     monkeypatch.setattr(seek, "_CANDIDATES", candidates)
+    monkeypatch.setattr(seek, "_INDEX_AFTER", -(1 << 30) if indexed else 1 << 30)
     rng = random.Random(candidates)
     alphabet = ["a", "b", " a", "a ", "\u2013", "-", "c"]
     for _ in range(1500):
@@ -142,6 +144,34 @@ def test_a_long_chunk_that_almost_matches_everywhere_is_not_quadratic(tmp_path):
               ".find(['a'] * 3000 + ['b'], 0))\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True)
     assert done.stdout.split() == ["None", "97000"]
+
+
+def test_many_chunks_that_each_fail_the_exact_pass_are_not_quadratic():
+    """150,000 one-line chunks against 150,000 lines "x ": each chunk's exact pass scanned the
+    rest of the file before the next pass matched at once (90 s). Bounded by the subprocess."""
+    import subprocess
+    import sys
+
+    script = ("from codespace_patch.seek import Seeker\n"
+              "seeker, cursor = Seeker(['x '] * 150000), 0\n"
+              "for _ in range(150000):\n    cursor = seeker.find(['x'], cursor) + 1\nprint(cursor)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.split() == ["150000"]
+
+
+def test_a_failing_chunk_of_common_lines_is_diagnosed_in_bounded_time():
+    """The same chunk through the whole failure path: the message's closest window cast a vote
+    per (expected line, equal file line), 300 million here (76 s). Bounded by the subprocess."""
+    import subprocess
+    import sys
+
+    script = ("from codespace_patch import ApplyError, parse_patch, rewrite\n"
+              "body = ['*** Begin Patch', '*** Update File: f', '@@', *(['-a'] * 3000), '-b', '*** End Patch']\n"
+              "(section,) = parse_patch('\\n'.join(body)).sections\n"
+              "try:\n    rewrite('a\\n' * 100000, section.chunks, '/w/f')\n"
+              "except ApplyError as exc:\n    print(exc.message.splitlines()[0])\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.startswith("Failed to find expected lines in /w/f"), done.stdout
 
 
 # -- rewriting -------------------------------------------------------------------------
