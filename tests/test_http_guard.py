@@ -146,6 +146,39 @@ async def test_a_flood_of_half_sent_requests_locks_no_one_out(ws, state, tmp_pat
         _assert_quiet(stderr_path)
 
 
+async def test_clients_that_never_read_their_refusals_lock_no_one_out(ws, state, tmp_path):
+    """Connections that pipeline thousands of token-less requests and read none of the 401s:
+    the answers queued unsent, so each connection was busy answering, out of reach of the
+    request deadline and of displacement, and a real client got 503 for as long as the attack
+    lasted. A 401 now ends its connection (one refusal per connection)."""
+    cap = 20
+    with serving(ws, state, tmp_path, CODESPACE_HTTP_MAX_CONNECTIONS=str(cap),
+                 CODESPACE_HTTP_REQUEST_TIMEOUT="3") as (url, proc, stderr_path):
+        token = (state / "http-token").read_text().strip()
+        host, port = _address(url)
+        burst = f"GET /mcp HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode() * 3000
+        stuck: list[socket.socket] = []
+        try:
+            for _ in range(2 * cap):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+                sock.connect((host, port))
+                sock.setblocking(False)
+                try:
+                    sock.send(burst)
+                except BlockingIOError:
+                    pass
+                stuck.append(sock)
+            time.sleep(1)
+            result = await _legitimate_call(url, token)
+            assert result["name"] == "legit", result
+            assert all(_closed_by_server(sock, 5) for sock in stuck)
+        finally:
+            for sock in stuck:
+                sock.close()
+        _assert_quiet(stderr_path)
+
+
 async def test_a_request_must_arrive_whole_in_time(ws, state, tmp_path):
     """Headers trickled a byte at a time, and a body that stops short, are cut off at the
     request timeout; a client that leaves mid-body costs the log no traceback."""

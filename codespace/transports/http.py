@@ -112,6 +112,9 @@ class BearerTokenGate:
                         (b"content-type", b"application/json"),
                         (b"www-authenticate", b'Bearer realm="codespace"'),
                         (b"content-length", str(len(UNAUTHORIZED_BODY)).encode()),
+                        # One refusal per connection: requests pipelined behind it without a token
+                        # (thousands, their answers never read) kept connections busy and the cap full.
+                        (b"connection", b"close"),
                     ],
                 })
                 await send({"type": "http.response.body", "body": UNAUTHORIZED_BODY})
