@@ -114,6 +114,12 @@ async def find_files(call, args: FindFilesArgs) -> FindFilesResult:  # noqa: ANN
     if root != args.path:
         refusal = rules.check_exact(root, "read")
         if refusal is not None:
+            rule = rules.match(root)
+            if rule is None or rule.access == "none":
+                # Where the path leads is inside what the policy hides (a link there, swapped in
+                # between two checks, once named its target here): name the rule, not the path.
+                raise ToolError(f"refused by policy: {shown(args.path)} leads into a path the policy hides "
+                                f"({refusal.rule})", code="refused")
             raise ToolError(f"refused by policy: {shown(args.path)} resolves to {shown(root)}: "
                             f"{shown(refusal.message)}", code="refused")
     if not os.path.isdir(root):

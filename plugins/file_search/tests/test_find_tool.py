@@ -57,6 +57,26 @@ async def test_policy_hidden_paths_never_appear(ws, mcp_client):
         assert "refused by policy" in err["message"] and "secret" in err["message"]
 
 
+async def test_a_path_that_turned_into_a_link_into_hidden_paths_is_refused_unnamed(make_workspace, ws, tmp_path):
+    """The gateway judged the path; by the time the tool resolves it, it is a link to a link
+    inside a hidden area (a command can swap it in a loop: 54 of 600 calls caught it). The
+    refusal names the rule, never where the links lead."""
+    from types import SimpleNamespace
+
+    from codespace.contract import ToolError
+    from codespace_file_search.find_tool import FindFilesArgs, find_files
+
+    hidden = tmp_path / "hidden"
+    (hidden / "very" / "secret").mkdir(parents=True)
+    os.symlink(hidden / "very" / "secret" / "id_ed25519", hidden / "current_key")
+    os.symlink(hidden / "current_key", ws / "sub")
+    workspace = make_workspace(f'[filesystem]\npaths = {{ "{hidden}" = "none" }}\n')
+    with pytest.raises(ToolError) as caught:
+        await find_files(SimpleNamespace(workspace=workspace), FindFilesArgs(query="x", path=str(ws / "sub")))
+    assert caught.value.code == "refused" and "hides" in caught.value.message, caught.value.message
+    assert "very" not in caught.value.message and "id_ed25519" not in caught.value.message, caught.value.message
+
+
 async def test_links_out_of_the_root_are_not_entered(ws, tmp_path, mcp_client):
     outside = tmp_path / "outside"
     _touch(outside, "main_outside.txt")
