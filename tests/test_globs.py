@@ -47,3 +47,11 @@ def test_a_guarded_spec_decides_as_pathspec_on_short_and_long_paths():
         if rng.random() < 0.2:
             path = "/".join([path] * 40)  # long enough for the linear matcher to take it
         assert guarded.check_file(path) == plain.check_file(path), path
+
+
+def test_patterns_too_long_or_too_starry_are_named():
+    from codespace.contract import glob_too_costly
+
+    assert glob_too_costly("src/**/*.py") is None
+    assert glob_too_costly("*a" * 2000) is not None and "characters long" in glob_too_costly("x" * 1025)
+    assert "'*'" in glob_too_costly("*" * 33)

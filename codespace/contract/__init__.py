@@ -52,7 +52,7 @@ _EXPORTS = {
     # network audit (the egress proxy's trail in the operation store)
     "NetworkEvent": "codespace.store.base", "NetworkAudit": ".network",
     # glob patterns (pathspec's) matched in bounded time
-    "guard_globs": ".globs",
+    "guard_globs": ".globs", "glob_too_costly": ".globs",
     # one-shot helper processes: made non-dumpable, no core files, no LD_* steering
     "harden_process": ".hardening", "HardeningError": ".hardening",
     # long-lived processes of CodeSpace's own (server, worker): no pydantic plugins in them

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pathspec
 
-from codespace.contract import guard_globs
+from codespace.contract import glob_too_costly, guard_globs
 
 MAX_IGNORE_BYTES = 1 << 20  # an ignore file larger than this is not read (it would only cost time)
 
@@ -45,7 +45,7 @@ def scopes_here(dir_fd: int, rel: str, in_repo: bool) -> list[Scope]:
     for name, applies in ((".ignore", True), (".gitignore", in_repo)):
         if not applies:
             continue
-        lines = _read_at(dir_fd, name)
+        lines = [line for line in _read_at(dir_fd, name) or () if glob_too_costly(line) is None]
         if lines:
             try:
                 found.append(Scope(base, guard_globs(pathspec.GitIgnoreSpec.from_lines(lines))))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pathspec
 
-from codespace.contract import FsError, guard_globs
+from codespace.contract import FsError, glob_too_costly, guard_globs
 
 from .reading import open_regular_at, read_all
 
@@ -27,6 +27,11 @@ MAX_IGNORE_FILE = 1024 * 1024
 def compile_globs(patterns: list[str], field: str) -> pathspec.GitIgnoreSpec | None:
     if not patterns:
         return None
+    for pattern in patterns:
+        why = glob_too_costly(pattern)
+        if why is not None:
+            raise FsError(f"{field} holds a pattern that is refused because {why}. To proceed: use shorter patterns "
+                          "(split one into several).", code="invalid_pattern", details={"field": field})
     try:
         return guard_globs(pathspec.GitIgnoreSpec.from_lines(patterns))
     except (ValueError, TypeError) as exc:  # pathspec's pattern errors are ValueErrors
@@ -64,7 +69,7 @@ def load_at(dirfd: int, name: str, shown: str) -> pathspec.GitIgnoreSpec | None:
         return None
     finally:
         os.close(fd)
-    lines = data.decode("utf-8", "surrogateescape").splitlines()
+    lines = [line for line in data.decode("utf-8", "surrogateescape").splitlines() if glob_too_costly(line) is None]
     return guard_globs(pathspec.GitIgnoreSpec.from_lines(lines)) if lines else None
 
 
