@@ -130,94 +130,103 @@ class Throttled:
         self._held = 0
 
 
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol under ``limits`` (a subclass per server: :func:`guarded_protocol`)."""
+
+    limits: ConnectionLimits = ConnectionLimits()
+    displaced: Throttled
+    refused: Throttled
+    timed_out: Throttled
+
+    # When the client began to owe the request it has not finished, or None while
+    # it owes nothing (its request is being answered).
+    _owed_since: float | None = None
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # Counted before super() registers this connection, so it never displaces itself.
+        room = len(self.server_state.connections) < self.limits.max_connections or self._displace_one()
+        super().connection_made(transport)
+        if not room:
+            self.refused()
+            transport.write(SERVER_FULL)
+            transport.close()
+            return
+        self._owe_request()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._settle_deadline()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._forget_deadline()  # the next request is timed from this response
+            self._settle_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._forget_deadline()
+        super().connection_lost(exc)
+
+    def _owe_request(self) -> None:
+        self._owed_since = time.monotonic()
+        self._deadline = self.loop.call_later(self.limits.request_timeout, self._request_too_slow)
+
+    def _forget_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = None
+        self._owed_since = None
+
+    def _settle_deadline(self) -> None:
+        owes = self.conn.their_state in _OWES_A_REQUEST
+        if owes and self._deadline is None:
+            self._owe_request()
+        elif not owes:
+            self._forget_deadline()
+
+    def _request_too_slow(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        self.timed_out(self.limits.request_timeout)
+        self._close(REQUEST_TOO_SLOW)
+
+    def _close(self, response: bytes) -> None:
+        # A response may go only where none is under way; an app still waiting for
+        # the body gets a disconnect instead, which it takes quietly.
+        if self.conn.our_state is h11.IDLE:
+            self.transport.write(response)
+        self.transport.close()
+
+    def _displace_one(self) -> bool:
+        """Close the open connection that has owed its request longest; False when every
+        connection is busy answering one."""
+        owing = [c for c in self.server_state.connections
+                 if isinstance(c, GuardedH11Protocol) and c._owed_since is not None
+                 and not c.transport.is_closing()]
+        if not owing:
+            return False
+        oldest = min(owing, key=lambda c: c._owed_since or 0.0)
+        self.displaced()
+        oldest._forget_deadline()
+        oldest._close(SERVER_FULL)
+        return True
+
+
 def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
     """uvicorn's h11 protocol under ``limits``; pass it as ``uvicorn.Config(http=...)``.
 
     A class per server, so its warnings are throttled per server."""
-    displaced = Throttled("closed the connection that had owed its request longest to admit a new one: "
-                          f"{limits.max_connections} connections were open (${ENV_MAX_CONNECTIONS})")
-    refused = Throttled(f"refused a connection with 503: {limits.max_connections} connections were open and "
-                        f"all busy with requests (${ENV_MAX_CONNECTIONS})")
-    timed_out = Throttled("closed a connection whose request did not arrive whole within %gs "
-                          f"(${ENV_REQUEST_TIMEOUT})")
-
-    class GuardedH11Protocol(H11Protocol):
-        # When the client began to owe the request it has not finished, or None while
-        # it owes nothing (its request is being answered).
-        _owed_since: float | None = None
-        _deadline: asyncio.TimerHandle | None = None
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            # Counted before super() registers this connection, so it never displaces itself.
-            room = len(self.server_state.connections) < limits.max_connections or self._displace_one()
-            super().connection_made(transport)
-            if not room:
-                refused()
-                transport.write(SERVER_FULL)
-                transport.close()
-                return
-            self._owe_request()
-
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            self._settle_deadline()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self._forget_deadline()  # the next request is timed from this response
-                self._settle_deadline()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._forget_deadline()
-            super().connection_lost(exc)
-
-        def _owe_request(self) -> None:
-            self._owed_since = time.monotonic()
-            self._deadline = self.loop.call_later(limits.request_timeout, self._request_too_slow)
-
-        def _forget_deadline(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-            self._deadline = None
-            self._owed_since = None
-
-        def _settle_deadline(self) -> None:
-            owes = self.conn.their_state in _OWES_A_REQUEST
-            if owes and self._deadline is None:
-                self._owe_request()
-            elif not owes:
-                self._forget_deadline()
-
-        def _request_too_slow(self) -> None:
-            self._deadline = None
-            if self.transport.is_closing():
-                return
-            timed_out(limits.request_timeout)
-            self._close(REQUEST_TOO_SLOW)
-
-        def _close(self, response: bytes) -> None:
-            # A response may go only where none is under way; an app still waiting for
-            # the body gets a disconnect instead, which it takes quietly.
-            if self.conn.our_state is h11.IDLE:
-                self.transport.write(response)
-            self.transport.close()
-
-        def _displace_one(self) -> bool:
-            """Close the open connection that has owed its request longest; False when every
-            connection is busy answering one."""
-            owing = [c for c in self.server_state.connections
-                     if isinstance(c, GuardedH11Protocol) and c._owed_since is not None
-                     and not c.transport.is_closing()]
-            if not owing:
-                return False
-            oldest = min(owing, key=lambda c: c._owed_since or 0.0)
-            displaced()
-            oldest._forget_deadline()
-            oldest._close(SERVER_FULL)
-            return True
-
-    return GuardedH11Protocol
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {
+        "limits": limits,
+        "displaced": Throttled("closed the connection that had owed its request longest to admit a new one: "
+                               f"{limits.max_connections} connections were open (${ENV_MAX_CONNECTIONS})"),
+        "refused": Throttled(f"refused a connection with 503: {limits.max_connections} connections were open and "
+                             f"all busy with requests (${ENV_MAX_CONNECTIONS})"),
+        "timed_out": Throttled("closed a connection whose request did not arrive whole within %gs "
+                               f"(${ENV_REQUEST_TIMEOUT})"),
+    })
 
 
 class GuardedServer(uvicorn.Server):
