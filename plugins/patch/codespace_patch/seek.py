@@ -61,7 +61,7 @@ class Seeker:
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines
         self._views: list[list[str] | None] = [lines, None, None, None]
-        self._coded: list[tuple[dict[str, int], str] | None] = [None, None, None, None]
+        self._coded: list[tuple[dict[str, int], str] | bool | None] = [None, None, None, None]  # False: too many
         # Where each line of a view stands, made once scanning a view has cost a few times its
         # length: many chunks that each fail a pass (150,000 one-line chunks, each scanning the
         # rest of the file before the next pass matched, took 90 s) then look up, not scan.
@@ -96,17 +96,19 @@ class Seeker:
                 return found
         return None
 
-    def _scan(self, index: int, wanted: list[str], first: int, last: int) -> int | None:
+    def _scan(self, index: int, wanted: list[str], first: int, last: int, unbounded: bool = False) -> int | None:
         """Candidates from ``list.index`` on the first line, each compared whole: quick while few
         positions start like the pattern. Past a few, each failed one would cost a comparison of
         up to the pattern's length (a 9 KB patch of 3,000 repeated lines against a 100,000-line
-        file: 70 s), so the rest of the range goes to :meth:`_search`."""
+        file: 70 s), so the rest of the range goes to :meth:`_search` (``unbounded``: it could not
+        take it)."""
         view = self._view(index)
         head = wanted[0]
         m = len(wanted)
         position = first
         stop = last + 1
-        for _ in range(_CANDIDATES):
+        tries = 0
+        while unbounded or tries < _CANDIDATES:
             found = self._next(index, view, head, position, stop)
             if found is None:
                 return None
@@ -114,6 +116,7 @@ class Seeker:
             if m == 1 or view[position:position + m] == wanted:
                 return position
             position += 1
+            tries += 1
         return self._search(index, wanted, position, last)
 
     def _next(self, index: int, view: list[str], head: str, position: int, stop: int) -> int | None:
@@ -144,27 +147,12 @@ class Seeker:
         if coded is None:
             codes: dict[str, int] = {}
             numbers = [codes.setdefault(line, len(codes)) for line in self._view(index)]
-            if len(codes) > _MAX_CODE:
-                return _loop(self._view(index), wanted, first, last)
-            coded = self._coded[index] = (codes, "".join(map(chr, numbers)))
+            coded = self._coded[index] = (codes, "".join(map(chr, numbers))) if len(codes) <= _MAX_CODE else False
+        if coded is False:  # more distinct lines than characters: the candidates one by one
+            return self._scan(index, wanted, first, last, unbounded=True)
         codes, text = coded
         needle = [codes.get(line) for line in wanted]
         if None in needle:
             return None  # a line the file does not have
         found = text.find("".join(map(chr, needle)), first, last + len(wanted))  # type: ignore[arg-type]
         return None if found < 0 else found
-
-
-def _loop(view: list[str], wanted: list[str], first: int, last: int) -> int | None:
-    head = wanted[0]
-    m = len(wanted)
-    position = first
-    stop = last + 1
-    while True:
-        try:
-            position = view.index(head, position, stop)
-        except ValueError:
-            return None
-        if view[position:position + m] == wanted:
-            return position
-        position += 1

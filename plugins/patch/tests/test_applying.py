@@ -104,8 +104,10 @@ def test_end_of_file_anchor_has_no_fallback():
     assert seeker.find(["a", "b", "a", "c", "d"], 0) is None
 
 
-@pytest.mark.parametrize(("candidates", "indexed"), [(0, False), (1, False), (32, False), (32, True), (1, True)])
-def test_the_linear_search_answers_as_the_passes_do(monkeypatch, candidates, indexed):
+@pytest.mark.parametrize(("candidates", "indexed", "codable"),
+                         [(0, False, True), (1, False, True), (32, False, True), (32, True, True), (1, True, True),
+                          (1, False, False)])
+def test_the_linear_search_answers_as_the_passes_do(monkeypatch, candidates, indexed, codable):
     """Past a few candidate positions the seek turns to a substring search over the lines
     coded as characters, and once scanning a view has cost enough it looks positions up in an
     index of it; whichever it does, the answer is the four passes' own (brute force here, over
@@ -114,6 +116,7 @@ def test_the_linear_search_answers_as_the_passes_do(monkeypatch, candidates, ind
 
     monkeypatch.setattr(seek, "_CANDIDATES", candidates)
     monkeypatch.setattr(seek, "_INDEX_AFTER", -(1 << 30) if indexed else 1 << 30)
+    monkeypatch.setattr(seek, "_MAX_CODE", seek._MAX_CODE if codable else 1)  # else: candidates one by one
     rng = random.Random(candidates)
     alphabet = ["a", "b", " a", "a ", "\u2013", "-", "c"]
     for _ in range(1500):
