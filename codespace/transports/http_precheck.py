@@ -22,10 +22,10 @@ from .calls import answer_call
 from .wire import MODERN_PROTOCOL_VERSIONS, PROTOCOL_VERSION_META_KEY, BadMessage, encode, parse, stamp_server_info
 
 
-async def _send_plain(send: Any, status: int, message: str) -> None:
-    body = message.encode()
+async def _respond(send: Any, status: int, body: bytes, content_type: bytes = b"application/json") -> None:
+    """A whole response of ours, in place of the SDK's."""
     await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]})
+        (b"content-type", content_type), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -52,7 +52,8 @@ class HostOriginGate:
             refusal = await self._security.validate_request(Request(scope), is_post=False)
             if refusal is not None:
                 status = refusal.status_code
-                await _send_plain(send, status, self._explained.get(status, bytes(refusal.body).decode()))
+                await _respond(send, status, self._explained.get(status, bytes(refusal.body).decode()).encode(),
+                               b"text/plain; charset=utf-8")
                 return
         await self.app(scope, receive, send)
 
@@ -132,9 +133,7 @@ class JsonRpcPrecheck:
         if admission is _LEAVE_TO_SDK:
             return False
         if isinstance(admission, bytes):
-            await send({"type": "http.response.start", "status": 400, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(admission)).encode())]})
-            await send({"type": "http.response.body", "body": admission})
+            await _respond(send, 400, admission)
             return True
         meta = params.get("_meta")
         modern = isinstance(meta, dict) and meta.get(PROTOCOL_VERSION_META_KEY) in MODERN_PROTOCOL_VERSIONS
@@ -142,10 +141,7 @@ class JsonRpcPrecheck:
         result = await answer_call(self._codespace, name, arguments, transport="http", client_name=None, modern=modern)
         if modern:
             stamp_server_info(result)
-        body = encode({"jsonrpc": "2.0", "id": message["id"], "result": result})
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _respond(send, 200, encode({"jsonrpc": "2.0", "id": message["id"], "result": result}))
         return True
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -170,9 +166,7 @@ class JsonRpcPrecheck:
                 message = parse(body)
             except BadMessage as bad:
                 if bad.reply:
-                    await send({"type": "http.response.start", "status": 400, "headers": [
-                        (b"content-type", b"application/json"), (b"content-length", str(len(bad.reply)).encode())]})
-                    await send({"type": "http.response.body", "body": bad.reply})
+                    await _respond(send, 400, bad.reply)
                     return
             else:
                 if await self._surrogate_call(message, scope, send):

@@ -109,12 +109,12 @@ class StdioConnection:
         """The input the opening read and did not serve: its lines are accepted now; the
         reader holding the line in progress, and True if input had already ended (then that
         line is accepted too)."""
-        rest = self._rest
-        self.accept(rest.rest)
-        if rest.ended:
-            self.accept(rest.reader.feed(b""))
+        opening = self._rest
+        self.accept(opening.rest)
+        if opening.ended:
+            self.accept(opening.reader.feed(b""))
             self.end_of_input()
-        return rest.reader, rest.ended
+        return opening.reader, opening.ended
 
     async def _forward(self, line: bytes, message: dict[str, Any]) -> None:
         try:

@@ -102,8 +102,9 @@ def _shown_indices(path: str, indices: list[int]) -> list[int]:
 
 
 def _found(path: str, name: str, is_dir: bool, score: int, indices: list[int]) -> FoundFile:
-    if shown(path) != path:
-        path, name, indices = shown(path), shown(name), _shown_indices(path, indices)
+    escaped = shown(path)
+    if escaped is not path:  # shown() returns its argument itself when nothing needs escaping
+        path, name, indices = escaped, shown(name), _shown_indices(path, indices)
     return FoundFile(path=path, match_type="directory" if is_dir else "file", file_name=name, score=score,
                      indices=indices)
 
@@ -114,8 +115,7 @@ async def find_files(call, args: FindFilesArgs) -> FindFilesResult:  # noqa: ANN
     if root != args.path:
         refusal = rules.check_exact(root, "read")
         if refusal is not None:
-            rule = rules.match(root)
-            if rule is None or rule.access == "none":
+            if rules.access(root) == "none":
                 # Where the path leads is inside what the policy hides (a link there, swapped in
                 # between two checks, once named its target here): name the rule, not the path.
                 raise ToolError(f"refused by policy: {shown(args.path)} leads into a path the policy hides "

@@ -184,9 +184,10 @@ class LinuxSandbox:
     def info(self) -> SandboxInfo:
         choice = self.choice()
         abi = landlock_abi()
+        identity = self.run_as()
         detail = choice.detail
         if choice.available:
-            detail += "; " + self.fast_path_status() + "; " + run_as.summary(self.run_as(), self.root)[1]
+            detail += "; " + self.fast_path_status() + "; " + run_as.summary(identity, self.root)[1]
         return SandboxInfo(
             engine=choice.engine,
             available=choice.available,
@@ -195,9 +196,9 @@ class LinuxSandbox:
                                             pid_namespace=may_make_pid_namespaces(),
                                             unix_sockets=self.allow_unix_sockets,
                                             walk_cut=self._protected.truncated(),
-                                            protected_by_mounts=run_as.mounts_possible(self.run_as()),
-                                            read_only_view=bool(self.run_as() and self.run_as().idmap)),
-                            *run_as.cannot_enforce(self.run_as(), self.root, choice.engine)]
+                                            protected_by_mounts=run_as.mounts_possible(identity),
+                                            read_only_view=bool(identity and identity.idmap)),
+                            *run_as.cannot_enforce(identity, self.root, choice.engine)]
             if choice.available else [],
             detail=detail,
             engines=sorted(ENGINES),

@@ -155,17 +155,12 @@ async def recover(fs: FileSystem, journal_dir: Path, max_bytes: int, rules: Path
     outcome = Recovery()
     remove_void_slots(journal_dir)
     for path in pending(journal_dir):
-        try:
-            regular = stat.S_ISREG(os.lstat(path).st_mode)
-        except FileNotFoundError:
-            continue  # its writer finished meanwhile
-        if not regular:
-            log.error("patch journal %s is not a regular file (a link, a FIFO...); left alone", path)
-            outcome.failed.append(f"{path} (not a regular file)")
-            continue
         fd = _open_regular(path, os.O_RDWR)
         if fd is None:
-            continue  # its writer finished meanwhile (or it was swapped: judged again next time)
+            if os.path.lexists(path):  # else its writer finished meanwhile
+                log.error("patch journal %s is not a regular file (a link, a FIFO...); left alone", path)
+                outcome.failed.append(f"{path} (not a regular file)")
+            continue
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
