@@ -22,6 +22,7 @@ import os
 import shutil
 import stat
 import sys
+import threading
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -31,7 +32,7 @@ import anyio
 
 from codespace.contract import CommandSpec, FsError, SandboxInfo, SandboxLayout, ToolError
 
-from . import placeholders, run_as, seccomp
+from . import placeholders, private_tmp, run_as, seccomp
 from .engines import ENGINES
 from .engine_choice import (  # noqa: F401 - plugin.py and the tests import them from here
     EngineChoice,
@@ -121,6 +122,11 @@ def _ensure_run_dir(path: Path) -> str:
     return str(path)
 
 
+def _remove_all(directories: list[tuple[str, int]]) -> None:
+    for path, fd in directories:
+        private_tmp.remove(path, fd)
+
+
 def _check_program(spec: CommandSpec) -> None:
     """Fail like an unsandboxed exec would when the program does not exist (inside, bwrap
     would only print 'execvp: No such file')."""
@@ -206,17 +212,24 @@ class LinuxSandbox:
 
     def command_ended(self) -> None:
         """The host: a command this sandbox confined has ended, however it ended. Placeholders
-        (see :mod:`.placeholders`) that no running command needs are removed now."""
-        if self._run_dir is not None:
-            placeholders.sweep(self._run_dir)
+        (see :mod:`.placeholders`) that no running command needs are removed now, and the
+        private TMPDIRs of helpers that were killed (:mod:`.private_tmp`), in a thread: what a
+        command wrote there may take a while to remove."""
+        if self._run_dir is None:
+            return
+        placeholders.sweep(self._run_dir)
+        if leftovers := private_tmp.stale(self._run_dir):
+            threading.Thread(target=_remove_all, args=(leftovers,), name="codespace-tmp-sweep", daemon=True).start()
 
     def walk_protected(self, layout: SandboxLayout) -> None:
         """At start: the first walk for protected names below each writable root (protected_scan)."""
         self._protected.below(layout.writable, layout.protected_names, layout.deny_read, wait=True)
 
-    def sweep_placeholders(self) -> bool:
-        """What helpers of a server that was killed left (at start); True once nothing is left."""
+    def sweep_leftovers(self) -> bool:
+        """What helpers of a server that was killed left (at start): placeholders, private TMPDIRs;
+        True once nothing is left."""
         run_dir = self.state_dir / "sandbox"
+        _remove_all(private_tmp.stale(str(run_dir)))
         return not run_dir.is_dir() or placeholders.sweep(str(run_dir))
 
     def fast_path_status(self) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import signal
 
-from . import identity, landlock, landlock_mounts, libc, placeholders
+from . import identity, landlock, landlock_mounts, libc, placeholders, private_tmp
 from .core_hardening import harden_or_fail
 from .failure import fail
 from .landlock_child import Libc, confine_and_exec
@@ -42,18 +42,6 @@ def _descendants(root: int) -> list[int]:
         found += kids
         frontier += kids
     return found
-
-
-def _private_tmp(run_dir: str) -> str:
-    base = "/tmp" if os.path.isdir("/tmp") else run_dir
-    for _ in range(100):
-        path = f"{base}/codespace-sandbox-{os.urandom(6).hex()}"
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        return path
-    raise FileExistsError(f"cannot create a private TMPDIR under {base}")
 
 
 def run_in_helper(hs: dict, seccomp_fd: int | None, *, hardened: bool, userns_fd: int | None = None) -> int:
@@ -100,7 +88,17 @@ def run_in_helper(hs: dict, seccomp_fd: int | None, *, hardened: bool, userns_fd
 
 
 def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, userns: int | None) -> int:
-    tmpdir = _private_tmp(hs["options"]["run_dir"])
+    tmpdir, tmp_lock = private_tmp.make(hs["options"]["run_dir"])
+    try:
+        code, received = _run_with_tmp(hs, abi, program, route, userns, tmpdir)
+    finally:
+        private_tmp.remove(tmpdir, tmp_lock)
+    return reraise_or_code(code, received)
+
+
+def _run_with_tmp(hs: dict, abi: int, program: bytes | None, route: dict | None, userns: int | None,
+                  tmpdir: str) -> tuple[int, list[int]]:
+    """(exit code, signals received): the command's, or the helper's failure's."""
     run_as = hs["options"].get("run_as")
     if run_as is not None and not run_as.get("idmap"):
         os.chown(tmpdir, run_as["uid"], run_as["gid"])  # with idmap, root's 0700 directory shows as run_as's
@@ -118,16 +116,12 @@ def _run(hs: dict, abi: int, program: bytes | None, route: dict | None, userns: 
         ruleset = landlock.create_ruleset(rules, abi, restrict_network=hs["policy"]["network"] != "on",
                                           connect_ports=[route["port"]] if route is not None else [])
     except (OSError, landlock.LandlockError) as exc:
-        _remove_tree(tmpdir)
-        return fail(f"cannot build the Landlock ruleset: {exc}")
+        return fail(f"cannot build the Landlock ruleset: {exc}"), []
     Libc().prctl(libc.PR_SET_CHILD_SUBREAPER, 1)
     if mounts is None:
-        code, received = _fork_and_supervise(hs, ruleset, program, env, userns)
-    else:
-        with placeholders.Placeholders(hs["options"]["run_dir"], mounts[1], lock):
-            code, received = _fork_and_supervise(hs, ruleset, program, env, userns, mounts)
-    _remove_tree(tmpdir)
-    return reraise_or_code(code, received)
+        return _fork_and_supervise(hs, ruleset, program, env, userns)
+    with placeholders.Placeholders(hs["options"]["run_dir"], mounts[1], lock):
+        return _fork_and_supervise(hs, ruleset, program, env, userns, mounts)
 
 
 def _fork_and_supervise(hs: dict, ruleset: int, program: bytes | None, env: dict[str, str],
@@ -199,23 +193,3 @@ def _end_descendants(me: int) -> None:
             os.waitpid(-1, 0)
         except ChildProcessError:
             break
-
-
-def _remove_tree(path: str) -> None:
-    # Without shutil (its import costs more than the walk): the directory is ours, links are unlinked, not followed.
-    try:
-        entries = list(os.scandir(path))
-    except OSError:
-        return
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            _remove_tree(entry.path)
-        else:
-            try:
-                os.unlink(entry.path)
-            except OSError:
-                pass
-    try:
-        os.rmdir(path)
-    except OSError:
-        pass

@@ -43,21 +43,21 @@ def _warm_helper(sandbox: LinuxSandbox):
     return warm_helper
 
 
-PLACEHOLDER_SWEEP_S = (0.5, 60.0)  # retry interval, give up after (a dead server's helpers end within seconds)
+LEFTOVER_SWEEP_S = (0.5, 60.0)  # retry interval, give up after (a dead server's helpers end within seconds)
 
 
-def _placeholder_sweep(sandbox: LinuxSandbox):
+def _leftover_sweep(sandbox: LinuxSandbox):
     import anyio
 
-    async def placeholder_sweep() -> None:
-        """At start: remove the placeholders a killed server's helpers left in the workspace,
-        once those helpers are gone (they hold the lock while their commands run)."""
-        interval, limit = PLACEHOLDER_SWEEP_S
+    async def leftover_sweep() -> None:
+        """At start: remove the placeholders a killed server's helpers left in the workspace and
+        their private TMPDIRs, once those helpers are gone (they hold locks while their commands run)."""
+        interval, limit = LEFTOVER_SWEEP_S
         with anyio.move_on_after(limit):
-            while not await anyio.to_thread.run_sync(sandbox.sweep_placeholders):
+            while not await anyio.to_thread.run_sync(sandbox.sweep_leftovers):
                 await anyio.sleep(interval)
 
-    return placeholder_sweep
+    return leftover_sweep
 
 
 def _protected_walk(sandbox: LinuxSandbox, layout: SandboxLayout):
@@ -80,7 +80,7 @@ def codespace_services(workspace, backends, store):
     sandbox = backends.sandbox()
     if not isinstance(sandbox, LinuxSandbox):
         return None  # another plugin confines commands
-    services = [_placeholder_sweep(sandbox)]
+    services = [_leftover_sweep(sandbox)]
     try:
         decision = backends.sandbox_decision()  # the core decides whether commands are confined, and to what
     except Refused:
