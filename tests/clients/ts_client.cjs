@@ -130,6 +130,8 @@ async function files(client) {
 
   await expectOk(client, "walk", { path: "." }, { text: ["src/pkg/", "notes.txt"], json: ['"path":"src/pkg"'] });
   await expectError(client, "walk", { path: "nowhere" }, ["nowhere"]);
+  await expectError(client, "walk", { path: ".", exclude: ["*a".repeat(40)] },
+    ["exclude holds a pattern that is refused because it holds 40 '*', more than 32", "use shorter patterns"]);
 
   await expectOk(client, "find_files", { query: "notes" },
     { text: ["notes.txt"], json: ['"path":"notes.txt"', '"match_type":"file"'] });
