@@ -4,6 +4,7 @@ optionally, the probe's file name (default unix_probe.py)."""
 
 import json
 import os
+import shutil
 import site
 import sys
 import tempfile
@@ -18,7 +19,10 @@ from conftest import _base_dir, make_env  # noqa: E402
 
 engine, start, targets = sys.argv[1], sys.argv[2], sys.argv[3]
 base = Path(tempfile.mkdtemp(prefix="codespace-sandbox-test-", dir=_base_dir()))
-env = make_env(base, engine, start=start)
-probe = sys.argv[4] if len(sys.argv) > 4 else "unix_probe.py"
-code, out, err = env.run([interpreter(), "-I", "-S", str(Path(__file__).with_name(probe)), targets], timeout=120)
+try:
+    env = make_env(base, engine, start=start)
+    probe = sys.argv[4] if len(sys.argv) > 4 else "unix_probe.py"
+    code, out, err = env.run([interpreter(), "-I", "-S", str(Path(__file__).with_name(probe)), targets], timeout=120)
+finally:
+    shutil.rmtree(base, ignore_errors=True)
 print(json.dumps({"code": code, "out": out, "err": err}))
