@@ -130,6 +130,10 @@ def rules(mode: str) -> list[tuple[str, list[tuple[int, str, int, int]]]]:
         out += [("sendto", [(3, "MASKED_EQ", MSG_FASTOPEN, MSG_FASTOPEN)]),
                 ("sendmsg", [(2, "MASKED_EQ", MSG_FASTOPEN, MSG_FASTOPEN)]),
                 ("sendmmsg", [(3, "MASKED_EQ", MSG_FASTOPEN, MSG_FASTOPEN)])]
+        # And no listening: listen() on a socket never bound binds it to a free port on every
+        # address of the host, and Landlock's bind rule never sees that (found by testing: a
+        # peer elsewhere connected in). Only TCP sockets exist here, so nothing else needs it.
+        out += [("listen", [])]
     if mode == "vsock_restricted":
         out += [("socket", [(0, "EQ", AF_VSOCK, 0)])]
     if mode in MODES:
