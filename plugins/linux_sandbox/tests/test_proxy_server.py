@@ -122,7 +122,7 @@ async def test_http_absolute_form_allowed_and_rewritten(upstream):
                                       "Proxy-Connection: keep-alive\r\nConnection: close\r\n\r\n".encode())
         tg.cancel_scope.cancel()
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"GET /p?q=1 0")
-    assert _Upstream.seen[0][:3] == ("GET", "/p?q=1", "allowed.test")
+    assert _Upstream.seen[0][:3] == ("GET", "/p?q=1", f"allowed.test:{upstream}")  # the target's, always
     assert [(e.decision, e.protocol, e.host, e.port, e.method) for e in events] == [
         ("allow", "http", "allowed.test", upstream, "GET")]
 
@@ -180,6 +180,123 @@ async def test_chunked_and_sized_bodies_are_forwarded(upstream):
         tg.cancel_scope.cancel()
     assert b"POST /c 7" in reply and b"POST /s 5" in reply
     assert [s[3] for s in _Upstream.seen] == [b"abcdefg", b"hello"]
+
+
+async def test_the_host_header_is_the_targets(upstream):
+    """Found by testing: the client's Host went through, so an allowed name could front for
+    another site on a shared server (RFC 9112 3.2.2: a proxy replaces it)."""
+    proxy, _, _ = _proxy(["allowed.test"])
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        reply = await _exchange(port, f"GET http://allowed.test:{upstream}/ HTTP/1.1\r\nHost: other.test\r\n"
+                                      f"host: third.test\r\nConnection: close\r\n\r\n".encode())
+        tg.cancel_scope.cancel()
+    assert reply.startswith(b"HTTP/1.1 200")
+    assert [seen[2] for seen in _Upstream.seen] == [f"allowed.test:{upstream}"]
+
+
+@pytest.mark.parametrize("headers", [
+    "Content-Length: 0\r\nContent-Length: 40",
+    "Content-Length: 40\r\nTransfer-Encoding: chunked",
+    "Transfer-Encoding: gzip, chunked",
+    "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity",
+    "Content-Length: +40",
+    "Content-Length: \u00b2",
+])
+@pytest.mark.parametrize("first", [True, False])
+async def test_a_body_framed_two_ways_is_refused(upstream, headers, first):
+    """Found by testing: with two Content-Length headers the proxy took the last, and what it
+    forwarded as a body the destination read as a second request, never judged."""
+    proxy, _, _ = _proxy(["allowed.test"])
+    smuggled = f"DELETE /smuggled HTTP/1.1\r\nHost: allowed.test\r\n\r\n"
+    request = f"GET http://allowed.test:{upstream}/x HTTP/1.1\r\n{headers}\r\n\r\n{smuggled}"
+    if not first:
+        request = f"GET http://allowed.test:{upstream}/before HTTP/1.1\r\n\r\n" + request
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        reply = await _exchange(port, request.encode("latin-1"), read_until=b"\n\n", timeout=5)
+        tg.cancel_scope.cancel()
+    assert b"400 Bad Request" in reply, reply
+    assert [seen[1] for seen in _Upstream.seen] == ([] if first else ["/before"])
+
+
+@pytest.mark.parametrize("body", ["Content-Length: {n}\r\n\r\n{smuggled}",
+                                  "Transfer-Encoding: chunked\r\n\r\n{n:x}\r\n{smuggled}\r\n0\r\n\r\n"])
+async def test_limited_mode_forwards_no_request_body(upstream, body):
+    """Found by testing: a GET's body reached the destination, which took it for a POST."""
+    proxy, events, _ = _proxy(["allowed.test"], limited=True)
+    smuggled = "POST /smuggled HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 0\r\n\r\n"
+    request = f"GET http://allowed.test:{upstream}/x HTTP/1.1\r\n" + body.format(n=len(smuggled), smuggled=smuggled)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        reply = await _exchange(port, request.encode(), read_until=b"without a body", timeout=5)
+        tg.cancel_scope.cancel()
+    assert reply.startswith(b"HTTP/1.1 403") and b"x-proxy-error: blocked-by-method-policy" in reply, reply
+    assert _Upstream.seen == []
+    assert [(e.decision, e.reason, e.method) for e in events] == [("deny", "method", "GET")]
+
+
+async def test_a_huge_chunk_is_streamed_not_held(echo):
+    """Found by testing: one chunk-size line of FFFFFFFFFFFF and the proxy held everything sent
+    after it (the server at 2 GB). The echo server sends what it gets back as the 'response'."""
+    proxy, _, _ = _proxy(["allowed.test"])
+    piece = b"x" * 65536
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(f"POST http://allowed.test:{echo}/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                              "FFFFFFFFFFFF\r\n".encode())
+            received = 0
+            with anyio.fail_after(20):
+                for _ in range(64):  # 4 MiB of a chunk that never ends
+                    await stream.send(piece)
+                while received < 3 * 1024 * 1024:
+                    received += len(await stream.receive())
+        tg.cancel_scope.cancel()
+    assert received >= 3 * 1024 * 1024
+
+
+async def test_a_silent_client_is_let_go(monkeypatch, echo):
+    from codespace_linux_sandbox.proxy import connections
+
+    monkeypatch.setattr(connections, "REQUEST_TIMEOUT_S", 0.5)
+    proxy, _, _ = _proxy(["allowed.test"])
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        start = anyio.current_time()
+        silent = await _exchange(port, b"", timeout=10)
+        half_head = await _exchange(port, b"GET http://allowed.test/ HTTP/1.1\r\n", timeout=10)
+        half_socks = await _exchange(port, b"\x05\x01\x00\x05\x01", timeout=10)
+        tunnel = await _exchange(port, f"CONNECT allowed.test:{echo} HTTP/1.1\r\n\r\n".encode(), timeout=1.5)
+        elapsed = anyio.current_time() - start
+        tg.cancel_scope.cancel()
+    assert silent == half_head == b"" and half_socks == b"\x05\x00"
+    assert tunnel.startswith(b"HTTP/1.1 200")  # a tunnel, once open, may stay quiet
+    assert elapsed < 6, elapsed
+
+
+async def test_one_route_cannot_take_every_connection(monkeypatch, echo):
+    """Found by testing: one command's 20,000 idle connections to its route exhausted the
+    server's descriptors (read_file: EMFILE). A route gets a share; the rest wait."""
+    from codespace_linux_sandbox.proxy import server
+
+    monkeypatch.setattr(server, "connection_limits", lambda: (12, 6))
+    proxy, _, _ = _proxy(["allowed.test"])
+    async with anyio.create_task_group() as tg:
+        first = await tg.start(proxy.serve_tcp)
+        second = await tg.start(proxy.serve_tcp)
+        idle = [await anyio.connect_tcp("127.0.0.1", first) for _ in range(10)]
+        await anyio.sleep(0.3)
+        assert proxy.active == 6
+        other = await _exchange(second, f"CONNECT allowed.test:{echo} HTTP/1.1\r\n\r\nping".encode(),
+                                read_until=b"ping", timeout=5)
+        assert other.endswith(b"ping")  # another route still has its share
+        for stream in idle:
+            await stream.aclose()
+        again = await _exchange(first, f"CONNECT allowed.test:{echo} HTTP/1.1\r\n\r\nping".encode(),
+                                read_until=b"ping", timeout=5)
+        tg.cancel_scope.cancel()
+    assert again.endswith(b"ping")
 
 
 async def test_https_absolute_form_is_refused():

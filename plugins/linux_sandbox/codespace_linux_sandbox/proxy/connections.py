@@ -12,6 +12,9 @@ from .sockets import RawStream
 MAX_HEAD = 64 * 1024
 CHUNK = 65536
 CONNECT_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 30.0
+"""A client's time to send a request head (HTTP) or its negotiation (SOCKS5): a connection that
+sends nothing holds two of the server's descriptors, the proxy's and its own."""
 
 
 class ProtocolError(Exception):
@@ -24,12 +27,27 @@ class Reader:
     def __init__(self, stream: ByteStream) -> None:
         self.stream = stream
         self.buffer = bytearray()
+        self.deadline: float | None = None
+        """While set (``anyio.current_time()``'s clock), reads past it fail: see :meth:`expect_request`."""
+
+    def expect_request(self) -> None:
+        """A request (head or negotiation) is due within REQUEST_TIMEOUT_S; :meth:`relaying` ends that."""
+        self.deadline = anyio.current_time() + REQUEST_TIMEOUT_S
+
+    def relaying(self) -> None:
+        self.deadline = None
 
     async def fill(self) -> bool:
         try:
-            chunk = await self.stream.receive(CHUNK)
+            if self.deadline is None:
+                chunk = await self.stream.receive(CHUNK)
+            else:
+                with anyio.fail_after(max(0.0, self.deadline - anyio.current_time())):
+                    chunk = await self.stream.receive(CHUNK)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
             return False
+        except TimeoutError:
+            raise ProtocolError(f"no complete request within {REQUEST_TIMEOUT_S:g} s") from None
         self.buffer += chunk
         return True
 
@@ -52,6 +70,16 @@ class Reader:
         data = bytes(self.buffer[:n])
         del self.buffer[:n]
         return data
+
+    async def copy_exactly(self, n: int, sink: ByteStream) -> None:
+        """Forward the next ``n`` bytes to ``sink`` as they arrive (never all held at once)."""
+        while n > 0:
+            if not self.buffer and not await self.fill():
+                raise ProtocolError("connection closed early")
+            piece = bytes(self.buffer[:n])
+            del self.buffer[: len(piece)]
+            await sink.send(piece)
+            n -= len(piece)
 
     def take_buffered(self) -> bytes:
         data = bytes(self.buffer)
@@ -88,6 +116,7 @@ async def pump(source: ByteStream, sink: ByteStream, *, eof: bool = True) -> Non
 
 
 async def tunnel(reader: Reader, upstream: ByteStream) -> None:
+    reader.relaying()
     leftover = reader.take_buffered()
     if leftover:
         await upstream.send(leftover)

@@ -4,10 +4,18 @@ A plain HTTP connection is pinned to its first host: each later request on it is
 and judged again (method policy included), never spliced through unchecked. A refusal is an
 HTTP answer whose body names the setting: ``403`` with ``x-proxy-error`` when a rule
 refused, ``502`` when the name does not resolve or the destination does not accept.
+
+Where the next request starts is decided here, and the destination must decide the same:
+a request whose body could be framed two ways (two ``Content-Length`` headers, both
+``Content-Length`` and ``Transfer-Encoding``, a coding other than ``chunked``) is refused
+(``400``), as is a body on a request in limited mode (the destination may take a GET's body
+for a second request the proxy never judged). The ``Host`` header is the request target's,
+whatever the client sent (RFC 9112, 3.2.2), and bodies are streamed, never held whole.
 """
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 import anyio
@@ -16,10 +24,22 @@ from anyio.abc import ByteStream
 from .checkpoint import Checkpoint
 from .connections import (CONNECT_TIMEOUT_S, MAX_HEAD, ProtocolError, Reader, connect_checked, half_close, pump,
                           tunnel)
-from .rules import Verdict, normalize_host
+from .rules import Verdict, blocked, normalize_host
 from .sockets import RawStream
 
 HOP_BY_HOP = {"proxy-connection", "proxy-authorization", "keep-alive", "te", "trailer", "upgrade"}
+LIMITED_BODY = "network.mode = 'limited' allows only GET, HEAD and OPTIONS requests, without a body"
+_LENGTH = re.compile(r"[0-9]{1,18}")
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
+CHUNKED = -1
+
+
+class Refusal(Exception):
+    """A request the proxy answers itself: (status, x-proxy-error or None, message)."""
+
+    def __init__(self, status: int, error: str | None, message: str) -> None:
+        super().__init__(message)
+        self.status, self.error, self.message = status, error, message
 
 
 async def serve(checkpoint: Checkpoint, reader: Reader, operation_id: str | None) -> None:
@@ -36,6 +56,11 @@ async def serve(checkpoint: Checkpoint, reader: Reader, operation_id: str | None
                        "absolute http:// URLs or CONNECT only (use CONNECT for https)")
         return
     port = url.port or 80
+    try:
+        body = _body(checkpoint, method, headers, url.hostname, port, operation_id)
+    except Refusal as refusal:
+        await _respond(reader.stream, refusal.status, refusal.error, refusal.message)
+        return
     upstream, host = await _upstream(checkpoint, reader, url.hostname, port, method, "http", operation_id)
     if upstream is None:
         return
@@ -63,8 +88,10 @@ async def serve(checkpoint: Checkpoint, reader: Reader, operation_id: str | None
         tg.start_soon(responses)
         pinned = (host, port)
         while True:
+            reader.relaying()
             await upstream.send(_origin_form(method, url, version, headers, host, port))
-            await _forward_body(reader, upstream, headers)
+            await _forward_body(reader, upstream, body)
+            reader.expect_request()
             head = await reader.until(b"\r\n\r\n")
             if head is None:
                 await half_close(upstream)
@@ -80,6 +107,32 @@ async def serve(checkpoint: Checkpoint, reader: Reader, operation_id: str | None
             if not verdict.allowed:
                 await refuse(403, verdict.header, _why(verdict))
                 return
+            try:
+                body = _body(checkpoint, method, headers, host, port, operation_id)
+            except Refusal as refusal:
+                await refuse(refusal.status, refusal.error, refusal.message)
+                return
+
+
+def _body(checkpoint: Checkpoint, method: str, headers: list[tuple[str, str]], host: str, port: int,
+          operation_id: str | None) -> int:
+    """The request body's length (CHUNKED for a chunked one); a Refusal when the body could be
+    framed two ways, or when limited mode allows no body."""
+    lengths = [value for name, value in headers if name.lower() == "content-length"]
+    codings = [value for name, value in headers if name.lower() == "transfer-encoding"]
+    if codings and lengths:
+        raise Refusal(400, None, "a request with both Transfer-Encoding and Content-Length is ambiguous; send one")
+    if codings and "".join(",".join(codings).split()).lower() != "chunked":
+        raise Refusal(400, None, "only 'Transfer-Encoding: chunked' is forwarded")
+    if len(lengths) > 1:
+        raise Refusal(400, None, "more than one Content-Length header; send one")
+    if lengths and not _LENGTH.fullmatch(lengths[0]):
+        raise Refusal(400, None, f"Content-Length must be a decimal number, not {lengths[0][:40]!r}")
+    length = CHUNKED if codings else int(lengths[0]) if lengths else 0
+    if length and checkpoint.rules.limited:
+        checkpoint.record(blocked("method"), "http", normalize_host(host) or host[:255], port, method, operation_id)
+        raise Refusal(403, blocked("method").header, LIMITED_BODY)
+    return length
 
 
 async def _upstream(checkpoint: Checkpoint, reader: Reader, raw_host: str, port: int, method: str | None,
@@ -141,45 +194,40 @@ def _origin_form(method: str, url, version: str, headers: list[tuple[str, str]],
     path = url.path or "/"
     if url.query:
         path += "?" + url.query
-    out = [f"{method} {path} {version}"]
-    has_host = False
+    authority = f"[{host}]" if ":" in host else host
+    out = [f"{method} {path} {version}", f"Host: {authority}" + (f":{port}" if port != 80 else "")]
     for name, value in headers:
-        lower = name.lower()
-        if lower in HOP_BY_HOP:
+        if name.lower() in HOP_BY_HOP or name.lower() == "host":  # the target's, not the client's
             continue
-        has_host |= lower == "host"
         out.append(f"{name}: {value}")
-    if not has_host:
-        out.append(f"Host: {host}" + (f":{port}" if port != 80 else ""))
     return ("\r\n".join(out) + "\r\n\r\n").encode("latin-1")
 
 
-async def _forward_body(reader: Reader, upstream: ByteStream, headers: list[tuple[str, str]]) -> None:
-    fields = {name.lower(): value for name, value in headers}
-    if "chunked" in fields.get("transfer-encoding", "").lower():
-        while True:
-            size_line = await reader.until(b"\r\n", 4096)
-            if size_line is None:
-                raise ProtocolError("truncated chunked body")
-            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
-            await upstream.send(size_line)
-            if size == 0:
-                while True:  # trailers, up to the blank line
-                    line = await reader.until(b"\r\n", MAX_HEAD)
-                    if line is None:
-                        raise ProtocolError("truncated trailers")
-                    await upstream.send(line)
-                    if line == b"\r\n":
-                        return
-            await upstream.send(await reader.exactly(size + 2))
-    remaining = int(fields.get("content-length", "0") or 0)
-    while remaining > 0:
-        if not reader.buffer and not await reader.fill():
-            raise ProtocolError("truncated body")
-        piece = bytes(reader.buffer[:remaining])
-        del reader.buffer[: len(piece)]
-        await upstream.send(piece)
-        remaining -= len(piece)
+async def _forward_body(reader: Reader, upstream: ByteStream, length: int) -> None:
+    if length != CHUNKED:
+        await reader.copy_exactly(length, upstream)
+        return
+    while True:
+        size_line = await reader.until(b"\r\n", 4096)
+        if size_line is None:
+            raise ProtocolError("truncated chunked body")
+        size_text = size_line[:-2].split(b";", 1)[0].strip()
+        if not _CHUNK_SIZE.fullmatch(size_text):
+            raise ProtocolError("malformed chunk size")
+        size = int(size_text, 16)
+        await upstream.send(size_line)
+        if size == 0:
+            while True:  # trailers, up to the blank line
+                line = await reader.until(b"\r\n", MAX_HEAD)
+                if line is None:
+                    raise ProtocolError("truncated trailers")
+                await upstream.send(line)
+                if line == b"\r\n":
+                    return
+        await reader.copy_exactly(size, upstream)
+        if await reader.exactly(2) != b"\r\n":
+            raise ProtocolError("a chunk does not end where its size says")
+        await upstream.send(b"\r\n")
 
 
 async def _respond(stream: ByteStream, status: int, error: str | None, message: str) -> None:

@@ -81,28 +81,59 @@ class RawStream:
         self.sock.close()
 
 
-async def serve(listener: socket.socket, handler: Callable[[socket.socket], Awaitable[None]]) -> None:
-    """Accept on ``listener`` (closed when this ends) and run ``handler`` for each connection."""
+async def serve(listener: socket.socket, handler: Callable[[socket.socket], Awaitable[None]],
+                limits: dict[str, anyio.CapacityLimiter] | None = None) -> None:
+    """Accept on ``listener`` (closed when this ends) and run ``handler`` for each connection.
+    ``limits`` (what each limits, e.g. "this route") -> limiter: each connection holds a token of
+    every one while it lasts, and none is accepted while one is exhausted (clients wait in the
+    listen backlog; said once per limit in the log)."""
     listener.setblocking(False)
+    limits = limits or {}
+    warned: set[str] = set()
+
+    async def run(conn: socket.socket, token: object) -> None:
+        try:
+            await handler(conn)
+        finally:
+            for limiter in limits.values():
+                limiter.release_on_behalf_of(token)
+
     try:
         async with anyio.create_task_group() as tg:
             while True:
+                token = object()
+                taken = []
                 try:
-                    conn, _ = listener.accept()
-                except BlockingIOError:
-                    await anyio.wait_readable(listener)
-                    continue
-                except OSError as exc:
-                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                        log.warning("proxy: cannot accept (%s); retrying", exc.strerror)
-                        await anyio.sleep(0.1)
-                        continue
-                    if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
-                        continue
+                    for what, limiter in limits.items():
+                        if limiter.available_tokens == 0 and what not in warned:
+                            warned.add(what)
+                            log.warning("proxy: %d connections open, the most %s may have; new ones wait",
+                                        limiter.total_tokens, what)
+                        await limiter.acquire_on_behalf_of(token)
+                        taken.append(limiter)
+                    conn = await _accept(listener)
+                except BaseException:
+                    for limiter in taken:
+                        limiter.release_on_behalf_of(token)
                     raise
-                tg.start_soon(handler, conn)
+                tg.start_soon(run, conn, token)
     finally:
         listener.close()
+
+
+async def _accept(listener: socket.socket) -> socket.socket:
+    while True:
+        try:
+            conn, _ = listener.accept()
+            return conn
+        except BlockingIOError:
+            await anyio.wait_readable(listener)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                log.warning("proxy: cannot accept (%s); retrying", exc.strerror)
+                await anyio.sleep(0.1)
+            elif exc.errno not in (errno.ECONNABORTED, errno.EPROTO):
+                raise
 
 
 async def connect(address: str, port: int) -> RawStream:
