@@ -30,7 +30,8 @@ from .buffer import OutputBuffer
 from ..procfs import table
 from .janitor import run_detached
 from .session import DRAIN_AFTER_EXIT_S, ProcessHandle, Session
-from .spawn import PipeProcess, close_parent_copies, feed_payloads, prepare_inherited, resolve_program, spawn_error
+from .spawn import (PipeProcess, check_cwd, close_parent_copies, feed_payloads, prepare_inherited, resolve_program,
+                    spawn_error)
 from .tracking import Tracker, remove_tree, wrap_argv
 
 if TYPE_CHECKING:
@@ -257,6 +258,7 @@ class ProcessRegistry:
     async def _spawn_terminal(self, spec: CommandSpec, group: Path | None) -> Any:
         terminal = self.backends.terminal()
         try:
+            check_cwd(spec.cwd)
             resolve_program(spec)  # a missing program is named, not the stub's exit 127
             spec = spec.model_copy(update={"argv": wrap_argv(group, spec.argv)})
             return await terminal.spawn(spec)

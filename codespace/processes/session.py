@@ -19,6 +19,9 @@ from .kill import descendants, kill_session, kill_tree, members
 from .tracking import populated, signal_group
 
 DRAIN_AFTER_EXIT_S = 2.0  # grandchildren may keep the pipes open after the leader exits
+MAX_PENDING_INPUT = 8 * 1024 * 1024
+"""Input written to a session and not yet taken by its command: more is refused, not held."""
+INPUT_CHUNK = 65536
 TIMEOUT_EXIT_CODE = 124
 
 
@@ -113,6 +116,15 @@ class Session:
     _scope: anyio.CancelScope | None = None
     _writers: Counter[OutputBuffer] = field(default_factory=Counter)
     """Streams still being read into each buffer."""
+    # Input: written by a task of its own as the command takes it, so that no call waits on a
+    # command that does not read (found by testing: a 3 MB write_stdin to `sleep` never
+    # returned, and held the server's shutdown).
+    input_pending: bytearray = field(default_factory=bytearray)
+    input_written: int = 0
+    input_untaken: int = 0
+    """Bytes the command never took: it closed its stdin, or ended, first."""
+    input_state: str = "open"  # open | closing (end stdin once written) | closed
+    _input_wake: anyio.Event = field(default_factory=anyio.Event)
 
     @property
     def pid(self) -> int:
@@ -140,6 +152,8 @@ class Session:
                 async with anyio.create_task_group() as tg:
                     for buffer, read in self.readers:
                         tg.start_soon(self._pump, buffer, read)
+                    if self.interactive or self.tty:
+                        tg.start_soon(self._feed)
                     if self.timeout_s is not None:
                         tg.start_soon(self._watchdog, self.timeout_s)
                     self.returncode = await self.process.wait()
@@ -150,6 +164,7 @@ class Session:
             finally:
                 for buffer, _ in self.readers:
                     buffer.close()
+                self._input_gone()
                 self.process.close()
                 self.ended_at = time.monotonic()
                 self.finished.set()
@@ -238,22 +253,69 @@ class Session:
 
     # -- what a client asks of it ----------------------------------------------------
 
-    async def feed_stdin(self, text: str, *, close: bool) -> None:
-        """Write the text exec was given for stdin; ``close`` ends stdin afterwards."""
-        await self.process.write(text.encode())
-        if close and hasattr(self.process, "close_stdin"):  # a terminal has no stdin of its own to close
-            self.process.close_stdin()
-
-    async def send(self, chars: str) -> None:
-        """Write to the running command's stdin or terminal."""
+    def send(self, data: bytes, *, close: bool = False) -> None:
+        """Queue ``data`` for the command's stdin or terminal; written as the command takes it.
+        ``close``: end stdin once everything is written (a terminal has none of its own)."""
         if not self.running:
             raise ToolError(f"session {self.id} has exited; read_output returns what is left", code="exited")
-        await self.process.write(chars.encode())
+        if not (self.interactive or self.tty):
+            raise ToolError("this session has no stdin (start it with interactive=true or tty=true)", code="no_stdin")
+        if self.input_state != "open":
+            raise ToolError(f"the process closed its stdin after taking {self.input_written} bytes; nothing more can "
+                            "be written to this session", code="stdin_closed")
+        if len(self.input_pending) + len(data) > MAX_PENDING_INPUT:
+            raise ToolError(
+                f"{len(self.input_pending)} bytes written earlier are still waiting for the command to read them, "
+                f"and at most {MAX_PENDING_INPUT} may wait: this write is refused. To proceed: read_output to see "
+                "what the command is doing, wait for it to take its input, or terminate it.",
+                code="input_backlog", details={"input_pending_bytes": len(self.input_pending)})
+        self.input_pending += data
+        if close:
+            self.input_state = "closing"
+        self._input_wake.set()
+
+    async def _feed(self) -> None:
+        """Write queued input in order, a chunk at a time, until stdin is closed or the command ends."""
+        while True:
+            while not self.input_pending and self.input_state == "open":
+                self._input_wake = anyio.Event()
+                await self._input_wake.wait()
+            if not self.input_pending:  # closing, and all written
+                self.input_state = "closed"
+                if hasattr(self.process, "close_stdin"):  # a terminal has no stdin of its own to close
+                    self.process.close_stdin()
+                return
+            chunk = bytes(self.input_pending[:INPUT_CHUNK])
+            try:
+                await self.process.write(chunk)
+            except (ToolError, OSError):  # stdin closed by the command (EPIPE), or its terminal gone (EIO)
+                self._input_gone()
+                return
+            del self.input_pending[: len(chunk)]
+            self.input_written += len(chunk)
+
+    def _input_gone(self) -> None:
+        self.input_untaken += len(self.input_pending)
+        self.input_pending.clear()
+        self.input_state = "closed"
+
+    def input_status(self) -> tuple[int, str | None]:
+        """(bytes still waiting to be written, a note for the agent when its input was not all taken)."""
+        if self.input_pending:
+            return len(self.input_pending), (
+                f"{len(self.input_pending)} bytes of input are waiting for the command to read them (it took "
+                f"{self.input_written} so far); they are written as it reads")
+        if self.input_untaken:
+            return 0, (f"the command took {self.input_written} bytes of its input and left {self.input_untaken} "
+                       "(it closed its stdin or ended first)")
+        return 0, None
 
     def resize(self, rows: int, cols: int) -> None:
         if not self.tty:
             raise ToolError(f"session {self.id} is not a terminal; only tty=true sessions can be resized",
                             code="not_a_terminal")
+        if not self.running:
+            raise ToolError(f"session {self.id} has exited; its terminal is gone", code="exited")
         self.process.resize(rows, cols)
 
     def detach(self) -> None:

@@ -14,8 +14,10 @@ before the signal was armed. The parent ends are non-blocking and awaited with
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -73,9 +75,21 @@ def close_parent_copies(spec: CommandSpec) -> None:
             pass
 
 
+def check_cwd(cwd: str) -> None:
+    """Raise as chdir would, naming ``cwd``, when it is not a directory this process may enter."""
+    st = os.stat(cwd)  # FileNotFoundError, naming it
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", cwd)
+    if not os.access(cwd, os.X_OK):
+        raise PermissionError(errno.EACCES, "Permission denied", cwd)
+
+
 def spawn_error(exc: OSError, spec: CommandSpec) -> ToolError:
-    if isinstance(exc, FileNotFoundError) and exc.filename == spec.cwd:
-        return FsError(f"cannot run in {spec.cwd}: the directory does not exist", path=spec.cwd, errno=exc.errno)
+    if exc.filename == spec.cwd:
+        why = {errno.ENOENT: "the directory does not exist", errno.ENOTDIR: "it is not a directory",
+               errno.EACCES: "this server's user may not enter it"}.get(exc.errno, exc.strerror)
+        return FsError(f"cannot run in {spec.cwd}: {why}. To proceed: pass a directory of the workspace as cwd.",
+                       path=spec.cwd, errno=exc.errno)
     if isinstance(exc, FileNotFoundError):
         return ToolError(
             f"command not found: {spec.argv[0]!r} is not on PATH ({spec.env.get('PATH', '')}); pass the full path "
@@ -121,8 +135,7 @@ class PipeProcess:
     def spawn(cls, spec: CommandSpec, group: Path | None = None) -> PipeProcess:
         """Start ``spec``; with ``group``, the command joins that cgroup before it runs."""
         try:
-            if not os.path.isdir(spec.cwd):
-                raise FileNotFoundError(2, "No such file or directory", spec.cwd)
+            check_cwd(spec.cwd)
             resolve_program(spec)
             command = wrap_argv(group, spec.argv)
             argv = [SETPRIV, "--pdeathsig", "TERM", "--", *command] if SETPRIV else command

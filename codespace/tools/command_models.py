@@ -93,6 +93,9 @@ class CommandOutput(Model):
     sandboxed: bool
     duration_ms: int
     env_dropped: list[str] = Field(default_factory=list, description="Requested variables the policy dropped.")
+    input_pending_bytes: int = Field(
+        default=0, description="Input (stdin, chars) the command has not read yet; it is written as the command reads.",
+    )
     sandbox_denied: bool | None = Field(
         default=None, description="For a failed sandboxed command: whether the sandbox likely denied it."
     )

@@ -19,6 +19,7 @@ import anyio
 from .. import sandboxing
 from ..contract import CommandSpec, ToolError
 from ..policy import build_env, refused_extra
+from ..processes.session import MAX_PENDING_INPUT
 from .command_models import (
     DEFAULT_YIELD_MS, INTERACTIVE_YIELD_MS, CommandOutput, ExecArgs, ReadOutputArgs, ResizeArgs, ResizeResult,
     SessionInfo, SessionList, TerminateArgs, WriteStdinArgs,
@@ -85,6 +86,8 @@ class LocalSessions:
         if not keep:
             self.registry.forget(session)
         hint = None
+        input_pending, input_note = session.input_status()
+        note = "; ".join(filter(None, [note, input_note])) or None
         if session.sandboxed and not status["running"]:
             hint = sandboxing.denial_hint(self.workspace, session.output_tail() + taken.text + (taken.stderr_text or ""),
                                           status["exit_code"])
@@ -94,7 +97,8 @@ class LocalSessions:
             session_id=session.id if keep else None, **status, output=taken.text, stderr=taken.stderr_text,
             seq=taken.start, next_seq=taken.end, omitted_bytes=taken.dropped + taken.stderr_dropped,
             pid=session.pid, tty=session.tty, sandboxed=session.sandboxed, duration_ms=session.duration_ms(),
-            env_dropped=env_dropped or [], sandbox_denied=hint.likely if hint else None,
+            env_dropped=env_dropped or [], input_pending_bytes=input_pending,
+            sandbox_denied=hint.likely if hint else None,
             sandbox_rule=hint.rule if hint else None, note=note,
             next_step=_next_step(session.id, status["running"]) if keep else None,
         ).model_dump(mode="json")
@@ -108,6 +112,11 @@ class LocalSessions:
         timeout_ms = args.timeout_ms or (None if interactive else limits.exec_timeout_ms)
         if timeout_ms is not None:
             timeout_ms = min(timeout_ms, limits.max_exec_timeout_ms)
+        stdin = args.stdin.encode() if args.stdin is not None else None
+        if stdin is not None and len(stdin) > MAX_PENDING_INPUT:
+            raise ToolError(f"stdin is {len(stdin)} bytes, more than the {MAX_PENDING_INPUT} a session may hold "
+                            "for its command; nothing was started. To proceed: write the data to a file in the "
+                            "workspace and redirect it (command < file).", code="invalid_arguments")
         # Shielded: a cancellation arriving while the command starts must find the session to stop.
         with anyio.CancelScope(shield=True):
             session = await self.registry.start(
@@ -116,8 +125,8 @@ class LocalSessions:
                 sandbox=(decision.backend, decision.layout) if decision.backend is not None else None,
             )
         try:
-            if args.stdin is not None:
-                await session.feed_stdin(args.stdin, close=not interactive)
+            if stdin is not None:
+                session.send(stdin, close=not interactive)
             yield_ms = args.yield_ms if args.yield_ms is not None else (INTERACTIVE_YIELD_MS if interactive else DEFAULT_YIELD_MS)
             await session.wait_for(deadline=time.monotonic() + yield_ms / 1000,
                                    quiet_s=args.quiet_ms / 1000 if interactive else None, baseline=0)
@@ -150,7 +159,7 @@ class LocalSessions:
         session = self.registry.get(args.session_id)
         baseline = session.output_total()
         if args.chars:
-            await session.send(args.chars)
+            session.send(args.chars.encode())
         await session.wait_for(deadline=time.monotonic() + args.yield_ms / 1000, quiet_s=args.quiet_ms / 1000,
                                baseline=baseline)
         return self._result(session, self._max_bytes(args.max_bytes))

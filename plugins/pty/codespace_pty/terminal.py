@@ -46,6 +46,8 @@ class PtyProcessHandle:
             await write_all(self.fd, data)
 
     def resize(self, rows: int, cols: int) -> None:
+        if self._closed:  # its descriptor's number may be another file's by now
+            raise OSError(errno.EBADF, "the terminal is closed")
         self._process.setwinsize(rows, cols)
 
     def signal_group(self, signum: int) -> None:
@@ -70,17 +72,24 @@ class PtyTerminal:
 
     async def spawn(self, spec: CommandSpec) -> PtyProcessHandle:
         parent = os.getpid()
+        # The working directory is entered in preexec_fn, whose errors ptyprocess reports from
+        # the child; its own chdir raises in the forked copy of the server, which then ran the
+        # server's code on (found by testing: a missing cwd answered with a server traceback).
         process = PtyProcess.spawn(
             spec.argv,
-            cwd=spec.cwd,
             env=spec.env,
             dimensions=(spec.rows, spec.cols),
             pass_fds=tuple(spec.pass_fds),
-            preexec_fn=lambda: _in_child(parent),
+            preexec_fn=lambda: _in_child(parent, spec.cwd),
         )
         return PtyProcessHandle(process)
 
 
-def _in_child(parent: int) -> None:
+def _in_child(parent: int, cwd: str) -> None:
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        # ptyprocess sends the class and text; OSError's own class keeps the errno out of it
+        raise ChildProcessError(f"cannot enter the working directory {cwd}: {exc.strerror}") from None
     reset_signals()  # ^C and job control must not depend on how the server was started
     arm_parent_death_signal(parent)

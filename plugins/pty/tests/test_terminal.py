@@ -7,6 +7,7 @@ import re
 import sys
 import time
 
+import anyio
 import pytest
 
 from codespace.processes.kill import members
@@ -136,3 +137,46 @@ async def test_sessions_survive_many_writes_in_order(mcp_client, mode):
             (second if line in first else first).append(line)
         assert first == expected and second == expected
         await call_ok(client, "terminate", {"session_id": session, "signal": "KILL"})
+
+
+async def test_a_write_the_terminal_does_not_take_returns_at_yield(mcp_client, mode):
+    """Found by testing: 3 MB written to a raw terminal whose command never reads hung the call,
+    and the server's shutdown after it."""
+    big = "x" * (3 * 1024 * 1024)
+    async with mcp_client(mode=mode) as client:
+        started = await call_ok(client, "exec", {"command": "stty raw -echo; echo ready; exec sleep 60", "tty": True,
+                                                 "yield_ms": 1000})
+        assert "ready" in started["output"], started
+        before = time.monotonic()
+        wrote = await call_ok(client, "write_stdin", {"session_id": started["session_id"], "chars": big, "yield_ms": 300})
+        assert time.monotonic() - before < 5 and wrote["input_pending_bytes"] > 0, wrote
+        await call_ok(client, "write_stdin", {"session_id": started["session_id"], "chars": big, "yield_ms": 0})
+        leaving = time.monotonic()
+    assert time.monotonic() - leaving < 10
+
+
+@pytest.mark.parametrize("cwd", ["missing-dir", "a-fifo", "a-file"])
+async def test_a_working_directory_that_cannot_be_entered_is_a_clear_error(mcp_client, ws, mode, cwd):
+    """Found by testing: ptyprocess's chdir raised in the forked copy of the server, which ran the
+    server's own code on; the agent got a server traceback as the command's output, exit 2."""
+    os.mkfifo(ws / "a-fifo")
+    (ws / "a-file").write_text("x")
+    async with mcp_client(mode=mode) as client:
+        error = await call_error(client, "exec", {"command": ["pwd"], "tty": True, "cwd": cwd})
+        assert error["code"] != "internal_error" and f"cannot run in {ws / cwd}" in error["message"], error
+        assert "Traceback" not in error["message"]
+        fine = await call_ok(client, "exec", {"command": ["pwd"], "tty": True, "yield_ms": 5000})
+        assert plain(fine["output"]).strip() == str(ws), fine
+
+
+async def test_resize_after_the_command_ended(mcp_client, mode):
+    """Found by testing: resize on an exited terminal answered internal_error (EBADF), then
+    called ioctl on whatever descriptor had its number by then."""
+    async with mcp_client(mode=mode) as client:
+        started = await call_ok(client, "exec", {"command": "sleep 0.3; echo bye", "tty": True, "yield_ms": 0})
+        session = started["session_id"]
+        with anyio.fail_after(10):  # ended, its output not yet read: the session is still there
+            while (await call_ok(client, "list_sessions"))["sessions"][0]["running"]:
+                await anyio.sleep(0.05)
+        error = await call_error(client, "resize", {"session_id": session, "rows": 30, "cols": 100})
+        assert error["code"] == "exited" and "has exited" in error["message"], error
