@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
+import shutil
+import subprocess
+
 import pytest
 
-from codespace_linux_sandbox.proxy.rules import DomainRules, is_local_or_private, normalize_host
+from codespace_linux_sandbox.proxy.rules import (DomainRules, is_local_or_private, is_this_host, normalize_host,
+                                                 read_host_addresses)
 
 
 @pytest.mark.parametrize("pattern, host, matches", [
@@ -65,3 +71,23 @@ def test_limited_mode_and_local_binding():
     assert limited.check_method("POST").header == "blocked-by-method-policy"
     assert DomainRules(["x"], []).check_addresses(["10.0.0.1"]).reason == "private-address"
     assert DomainRules(["x"], [], allow_local_binding=True).check_addresses(["10.0.0.1"]).allowed
+
+
+@pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2 to list this host's addresses")
+def test_this_hosts_addresses_are_read_and_local():
+    """This machine's addresses, as iproute2 lists them, are what the proxy reads (rtnetlink)
+    and all of them are local (the proxy test in a namespace of its own covers one outside the
+    fixed ranges, added and removed while the proxy runs)."""
+    listed = json.loads(subprocess.run(["ip", "-j", "addr", "show"], check=True, capture_output=True).stdout)
+    expected = {ipaddress.ip_address(a["local"]) for link in listed for a in link.get("addr_info", [])}
+    assert read_host_addresses() == expected
+    for address in expected:
+        assert is_local_or_private(str(address)) and is_this_host(str(address))
+
+
+@pytest.mark.parametrize("address, here", [
+    ("127.0.0.1", True), ("127.8.0.1", True), ("0.0.0.0", True), ("::", True), ("::1", True),
+    ("::ffff:127.0.0.1", True), ("10.255.1.2", False), ("8.8.8.8", False), ("192.88.99.1", False),
+])
+def test_what_reaches_this_host_whatever_its_interfaces(address, here):
+    assert is_this_host(address) is here

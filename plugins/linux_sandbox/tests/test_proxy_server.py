@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import http.server
+import json
 import os
+import shutil
 import socket
 import socketserver
 import struct
+import sys
 import threading
 
 import anyio
@@ -514,3 +517,141 @@ async def test_socks5_udp_in_limited_mode_is_refused(udp_echo):
         await stream.aclose()
         tg.cancel_scope.cancel()
     assert [(e.decision, e.reason) for e in events] == [("deny", "method")]
+
+
+# -- the proxy's own listeners and this host's own addresses ---------------------------------
+
+
+async def test_the_proxy_is_never_its_own_destination(echo):
+    """Found by testing: with allow_local_binding on, `CONNECT localhost:<proxy port>` reached
+    the proxy through itself, and the requests inside that tunnel were judged without the
+    command's identity (the audit showed only localhost:<proxy port>)."""
+    proxy, events, _ = _proxy(["*"], table={"self.test": ["127.0.0.1"], "allowed.test": ["127.0.0.1"]})
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        other = await tg.start(proxy.serve_tcp)  # a second listener (a Landlock route's) is the proxy too
+        inner = f"CONNECT allowed.test:{echo} HTTP/1.1\r\n\r\nping"
+        tunnels = [await _exchange(port, f"CONNECT {target} HTTP/1.1\r\n\r\n{inner}".encode(), read_until=b"\n\n",
+                                   timeout=5)
+                   for target in (f"127.0.0.1:{port}", f"self.test:{port}", f"0.0.0.0:{port}",
+                                  f"[::ffff:127.0.0.1]:{port}", f"127.0.0.1:{other}")]
+        plain = await _exchange(port, f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n".encode())
+        socks = await _exchange(port, b"\x05\x01\x00" + _socks_connect("127.0.0.1", port))
+        echoed = await _exchange(port, f"CONNECT 127.0.0.1:{echo} HTTP/1.1\r\n\r\nping".encode(), read_until=b"ping")
+        tg.cancel_scope.cancel()
+    for reply in (*tunnels, plain):
+        assert reply.startswith(b"HTTP/1.1 403") and b"x-proxy-error: blocked-by-loop-policy" in reply, reply
+        assert b"the destination is this proxy itself" in reply
+    assert socks[2:4] == b"\x05\x02"  # connection not allowed by ruleset
+    assert echoed.endswith(b"ping")  # other local destinations stay allowed with allow_local_binding
+    assert [(e.decision, e.reason, e.port) for e in events] == [("deny", "proxy-itself", port)] * 4 + [
+        ("deny", "proxy-itself", other), ("deny", "proxy-itself", port), ("deny", "proxy-itself", port),
+        ("allow", "allowed", echo)]
+    assert not proxy.checkpoint.own_ports  # nothing is left refused once the listeners are gone
+
+
+async def test_a_udp_relay_is_never_its_own_destination():
+    """The relay an association gets on this host is the proxy too: a datagram sent to it
+    through itself would be judged again."""
+    proxy, events, _ = _proxy(["*"], udp=True)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(proxy.serve_tcp)
+        stream, reply = await _associate(port)
+        relay = (socket.inet_ntoa(reply[6:10]), struct.unpack("!H", reply[10:12])[0])
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            inner = _udp_header("127.0.0.1", 9) + b"x"
+            client.sendto(_udp_header("127.0.0.1", relay[1]) + inner, relay)
+            with anyio.fail_after(5):
+                while not events:
+                    await anyio.sleep(0.02)
+            await anyio.sleep(0.2)  # an inner datagram, had it been relayed, would be judged by now
+        finally:
+            client.close()
+        await stream.aclose()
+        tg.cancel_scope.cancel()
+    assert [(e.protocol, e.port, e.decision, e.reason) for e in events] == [
+        ("socks5-udp", relay[1], "deny", "proxy-itself")]
+
+
+NAMESPACED = r"""
+import json, socket, struct, subprocess, sys, threading
+import anyio
+from codespace_linux_sandbox.proxy.rules import DomainRules
+from codespace_linux_sandbox.proxy.server import EgressProxy
+
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+service = socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+def answer():
+    while True:
+        conn, _ = service.accept()
+        conn.sendall(b"a host service\n")
+        conn.close()
+threading.Thread(target=answer, daemon=True).start()
+port = service.getsockname()[1]
+
+async def resolver(host, _port):
+    return {"self.test": ["192.88.99.1"]}[host]
+
+async def exchange(proxy_port, data):
+    async with await anyio.connect_tcp("127.0.0.1", proxy_port) as stream:
+        await stream.send(data)
+        received = b""
+        with anyio.move_on_after(5):
+            while True:
+                try:
+                    received += await stream.receive()
+                except anyio.EndOfStream:
+                    break
+        return received.decode("latin-1")
+
+async def main():
+    events = []
+    proxy = EgressProxy(DomainRules(["*"], []), events.append, resolver)
+    async with anyio.create_task_group() as tg:
+        proxy_port = await tg.start(proxy.serve_tcp)
+        connect = lambda host: exchange(proxy_port, f"CONNECT {host}:{port} HTTP/1.1\r\n\r\n".encode())
+        before = await connect("192.88.99.1")  # not this host's yet: nothing answers there
+        ip("addr", "add", "192.88.99.1/32", "dev", "cs0")
+        ip("addr", "add", "2001:db8:1::1/128", "dev", "cs0", "nodad")
+        added = [await connect(host) for host in ("192.88.99.1", "[2001:db8:1::1]", "[::ffff:192.88.99.1]",
+                                                   "self.test")]
+        socks = await exchange(proxy_port, b"\x05\x01\x00\x05\x01\x00\x01" + socket.inet_aton("192.88.99.1")
+                               + struct.pack("!H", port))
+        ip("addr", "del", "192.88.99.1/32", "dev", "cs0")
+        removed = await connect("192.88.99.1")
+        tg.cancel_scope.cancel()
+    print(json.dumps({"before": before, "added": added, "socks": socks.encode("latin-1").hex(), "removed": removed,
+                      "events": [(e.host, e.decision, e.reason) for e in events]}))
+
+ip("link", "set", "lo", "up")
+ip("link", "add", "cs0", "type", "veth", "peer", "name", "cs1")  # veth: kernels without the dummy module have it
+ip("link", "set", "cs0", "up")
+ip("link", "set", "cs1", "up")
+anyio.run(main)
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"),
+                    reason="needs root, iproute2 and unshare for a network namespace of the test's own")
+async def test_this_hosts_own_addresses_are_local():
+    """Found by testing: with allowed_domains = ["*"], `CONNECT <the host's own public
+    address>:<port>` reached a host service bound to 0.0.0.0: only fixed ranges were local.
+    In a network namespace of its own (so the addresses are really the host's, and may come
+    and go): an interface gets an address outside every fixed range while the proxy runs."""
+    result = await anyio.run_process(["unshare", "--net", "--", sys.executable, "-c", NAMESPACED], check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    seen = json.loads(result.stdout)
+    assert seen["before"].startswith("HTTP/1.1 502"), seen  # allowed, but nothing answers there
+    for reply in seen["added"]:
+        assert reply.startswith("HTTP/1.1 403") and "x-proxy-error: blocked-by-allowlist" in reply, seen
+        assert "the destination is a local or private address" in reply and "a host service" not in reply
+    assert bytes.fromhex(seen["socks"])[2:4] == b"\x05\x02", seen
+    assert seen["removed"].startswith("HTTP/1.1 502"), seen  # no longer this host's: judged remote again
+    assert [tuple(e) for e in seen["events"]] == [
+        ("192.88.99.1", "allow", "allowed"), ("192.88.99.1", "deny", "private-address"),
+        ("2001:db8:1::1", "deny", "private-address"), ("::ffff:c058:6301", "deny", "private-address"),
+        ("self.test", "deny", "private-address"), ("192.88.99.1", "deny", "private-address"),
+        ("192.88.99.1", "allow", "allowed")]

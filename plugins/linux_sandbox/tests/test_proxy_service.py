@@ -115,3 +115,40 @@ async def test_a_route_nobody_registers_is_released(tmp_path, monkeypatch):
         assert not os.path.exists(route.path)
         tg.cancel_scope.cancel()
     await store.close()
+
+
+async def _tunnel(port: int, target: str) -> bytes:
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
+        data = b""
+        with anyio.move_on_after(5):
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive()
+        return data
+
+
+async def test_a_command_cannot_reach_the_proxy_through_the_proxy(tmp_path, upstream):
+    """Found by testing: with allow_local_binding on, a command tunnelled to the shared listener
+    through its own route and its requests inside were judged (and audited) with no operation.
+    The shared listener and every Landlock route's listener are refused, and audited as such."""
+    store = await SQLiteStore(tmp_path / "ops.sqlite3").open()
+    service = ProxyService(DomainRules(["127.0.0.1", "localhost"], [], allow_local_binding=True), store, tmp_path)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await service.wait_started()
+        mine, other = service.open_route("op-mine", tcp=True), service.open_route("op-other", tcp=True)
+        refused = [await _tunnel(mine.port, f"127.0.0.1:{port}") for port in (service.tcp_port, other.port, mine.port)]
+        allowed = await _tunnel(mine.port, f"127.0.0.1:{upstream}")
+        service.release(other.path)
+        assert ("tcp", other.port) not in service.proxy.checkpoint.own_ports  # a destination like any other again
+        service.release(mine.path)
+        await anyio.sleep(0.5)
+        tg.cancel_scope.cancel()
+    for reply in refused:
+        assert reply.startswith(b"HTTP/1.1 403") and b"x-proxy-error: blocked-by-loop-policy" in reply, reply
+    assert allowed.startswith(b"HTTP/1.1 200")
+    events = sorted(await store.network(), key=lambda e: e.at)
+    assert [(e.operation_id, e.decision, e.reason, e.port) for e in events] == [
+        ("op-mine", "deny", "proxy-itself", service.tcp_port), ("op-mine", "deny", "proxy-itself", other.port),
+        ("op-mine", "deny", "proxy-itself", mine.port), ("op-mine", "allow", "allowed", upstream)]
+    await store.close()

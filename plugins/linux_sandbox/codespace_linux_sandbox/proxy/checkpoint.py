@@ -2,8 +2,10 @@
 
 The name is resolved once here and each address it resolves to is checked; the caller
 connects only to an address that was checked, so there is no second resolution for a
-rebinding to slip into. Every decision is handed to an audit sink; full URLs never are
-(host, port and method only).
+rebinding to slip into. The proxy's own sockets are never a destination, whatever
+``allow_local_binding`` says: a command that reached the proxy through the proxy would
+have its inner requests judged without its identity. Every decision is handed to an audit
+sink; full URLs never are (host, port and method only).
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
 
-from .rules import DomainRules, Verdict, blocked, normalize_host
+from .rules import DomainRules, Verdict, blocked, is_this_host, normalize_host
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class Checkpoint:
         self.rules = rules
         self.audit = audit
         self.resolver = resolver
+        # ("tcp" | "udp", port) of the proxy's own sockets in this network namespace (the server's)
+        self.own_ports: Counter[tuple[str, int]] = Counter()
 
     def record(self, verdict: Verdict, protocol: str, host: str, port: int, method: str | None,
                operation_id: str | None) -> None:
@@ -74,9 +79,15 @@ class Checkpoint:
                 addresses = [host] if _is_ip(host) else await self.resolver(host, port)
             except OSError:
                 addresses = []
-            verdict = self.rules.check_addresses(addresses) if addresses else Verdict(False, "unresolvable")
+            verdict = self._check_addresses(addresses, port, protocol) if addresses else Verdict(False, "unresolvable")
         self.record(verdict, protocol, host, port, method, operation_id)
         return verdict, host, addresses
+
+    def _check_addresses(self, addresses: list[str], port: int, protocol: str) -> Verdict:
+        transport = "udp" if protocol == "socks5-udp" else "tcp"
+        if (transport, port) in self.own_ports and any(is_this_host(a) for a in addresses):
+            return blocked("proxy-itself")
+        return self.rules.check_addresses(addresses)
 
 
 def _is_ip(host: str) -> bool:

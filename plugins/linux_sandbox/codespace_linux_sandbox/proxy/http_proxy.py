@@ -166,6 +166,7 @@ def _why(verdict: Verdict) -> str:
         "allowlist": "the destination is not in network.allowed_domains",
         "method": "network.mode = 'limited' allows only GET, HEAD and OPTIONS",
         "private-address": "the destination is a local or private address (network.allow_local_binding is off)",
+        "proxy-itself": "the destination is this proxy itself",
         "invalid-host": "the destination host is not a valid name",
         "unresolvable": "the destination name does not resolve",
         "socks-udp-disabled": "SOCKS5 UDP needs network.enable_socks5_udp = true",

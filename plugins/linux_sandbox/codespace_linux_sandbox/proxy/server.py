@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import resource
 import socket
+from collections.abc import Callable
 
 import anyio
 from anyio.abc import ByteStream
@@ -78,6 +79,8 @@ class EgressProxy:
         else:
             relay.associations += 1
         reader.relaying()  # the association lasts as long as its connection
+        # A route's shared relay is in its sandbox's namespace; an association's own is on this host.
+        disown = self.own(relay.client, "udp") if shared is None else None
         try:
             host, port = relay.address
             await reader.stream.send(socks5.bound_reply(host, port))
@@ -88,6 +91,8 @@ class EgressProxy:
                     reader.buffer.clear()
                 tg.cancel_scope.cancel()
         finally:
+            if disown is not None:
+                disown()
             if shared is not None:
                 relay.associations -= 1
             else:
@@ -97,14 +102,37 @@ class EgressProxy:
 
     async def serve_tcp(self, host: str = "127.0.0.1", port: int = 0, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         listener = socket.create_server((host, port), backlog=LISTEN_BACKLOG)
-        task_status.started(listener.getsockname()[1])
-        await self.serve_listener(listener, None)
+        disown = self.own(listener, "tcp")
+        try:
+            task_status.started(listener.getsockname()[1])
+            await self.serve_listener(listener, None)
+        finally:
+            disown()
 
     async def serve_listener(self, listener: socket.socket, operation_id: str | None) -> None:
         """Serve connections from a listening socket (closed when this ends), attributed to
-        ``operation_id`` (an opaque key the audit sink receives)."""
+        ``operation_id`` (an opaque key the audit sink receives). A listener on this host (not in
+        a sandbox's network namespace) is made the proxy's own (:meth:`own`) by whoever opened it."""
         limits = {"the proxy": self._all_routes, "one route": anyio.CapacityLimiter(self.limits[1])}
         await sockets.serve(listener, lambda conn: self.handle(RawStream(conn), operation_id), limits)
+
+    def own(self, sock: socket.socket, transport: str) -> Callable[[], None]:
+        """Refuse ``sock``'s port on this host as a destination until the returned function is
+        called: a command that reached a listener of the proxy through the proxy would have its
+        inner requests judged without its identity (with allow_local_binding on)."""
+        key = (transport, sock.getsockname()[1])
+        ports = self.checkpoint.own_ports
+        ports[key] += 1
+        done = False
+
+        def disown() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                ports[key] -= 1
+                if ports[key] <= 0:
+                    del ports[key]
+        return disown
 
     # -- connections ----------------------------------------------------------------
 

@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,7 @@ class Route:
     unix: socket.socket
     tcp: socket.socket | None = None
     port: int | None = None  # the TCP listener's port (Landlock)
+    disown: Callable[[], None] | None = field(default=None, repr=False)  # its port, a destination again
     registered: anyio.Event = field(default_factory=anyio.Event, repr=False)
     released: bool = False
     scope: anyio.CancelScope | None = field(default=None, repr=False)
@@ -156,6 +158,8 @@ class ProxyService:
                 pass
             raise
         route = Route(path, operation_id, unix, tcp_sock, tcp_sock.getsockname()[1] if tcp_sock else None)
+        if tcp_sock is not None:  # on this host: the proxy must not connect to it, from now on
+            route.disown = self.proxy.own(tcp_sock, "tcp")
         self._routes[path] = self._known[path] = route
         self._tg.start_soon(self._serve_route, route)
         return route
@@ -232,6 +236,8 @@ class ProxyService:
         if route is None:
             return
         route.released = True
+        if route.disown is not None:
+            route.disown()
         if route.scope is not None:
             route.scope.cancel()  # closes its listeners and ends its tunnels
         else:
