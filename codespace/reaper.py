@@ -18,11 +18,15 @@ def group_is_ours(pgid: int, leader_start: int | None) -> bool:
     Linux never hands out a pid that is in use as a process-group id, so while any
     member of our group lives, ``pgid`` cannot name a new process. The group is a
     different one only if a process with pid ``pgid`` exists and started at another
-    time than our leader did.
+    time than our leader did. Without a recorded start time nothing says the group is
+    ours, and it is left alone: a record that names a group only (written by something
+    other than this server) must not make it kill whatever has that number now.
     """
+    if leader_start is None:
+        return False
     leader_now = proc_start_ticks(pgid)
     if leader_now is not None:
-        return leader_start is None or leader_now == leader_start
+        return leader_now == leader_start
     return bool(members(pgid))
 
 

@@ -220,6 +220,11 @@ class Workspace:
         rules = PathRules.build(policy.filesystem, root_path, os.path.expanduser("~"), extra)
         if rules.access(state) != "none":  # pragma: no cover - the rule above guarantees it
             raise WorkspaceError(f"state directory {state} would be reachable by the agent")
+        _refuse_below_agent_writable(root_path, state, rules, "state directory",
+                                     "--state-dir, CODESPACE_STATE_DIR or store.state_dir in the policy")
+        if policy.runtime.daemon_dir:
+            _refuse_below_agent_writable(root_path, os.path.realpath(policy.runtime.daemon_dir), rules,
+                                         "worker directory", "runtime.daemon_dir in the policy")
         return cls(root=root_path, policy=policy, policy_path=resolved_policy, state_dir=state, paths=rules)
 
     @property
@@ -272,6 +277,21 @@ def _policy(resolved_policy: str | None, plain_defaults: bool) -> Policy:
         return load_policy(Path(resolved_policy))
     except PolicyError as exc:
         raise WorkspaceError(str(exc)) from exc
+
+
+def _refuse_below_agent_writable(root: str, path: str, rules: PathRules, what: str, where: str) -> None:
+    """The server's own directory must not be below the workspace or any path the agent may
+    write: its rule hides it by path, and a command that renames a parent directory moves it
+    out from under that rule (found by testing: a sandboxed ``mv`` of the state directory's
+    parent let the file tools rewrite the operation store)."""
+    for parent in [root, *rules.writable_roots()]:
+        if path != parent and _inside(path, parent):
+            raise WorkspaceError(
+                f"{what} {path} is inside {parent}, which the agent can "
+                f"{'change (the workspace)' if parent == root else 'write (filesystem.paths)'}: a command that "
+                f"renames a directory above it would move it out of its protection. Choose a directory outside "
+                f"the workspace and every writable path ({where})."
+            )
 
 
 def _hidden_rules(root: str, state: str, policy: Policy, resolved_policy: str | None) -> list[PathRule]:

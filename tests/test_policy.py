@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -184,13 +185,48 @@ def test_state_dir_may_not_contain_the_workspace(tmp_path):
         Workspace.open(tmp_path / "ws", state_dir=tmp_path)
 
 
+@pytest.mark.parametrize("where", ["workspace", "writable path"])
+def test_state_and_worker_dirs_may_not_be_below_what_the_agent_can_write(tmp_path, write_policy, where):
+    """Found by testing: with the state directory inside the workspace, a sandboxed `mv` of its
+    parent moved it out from under its `none` rule, and write_file then rewrote the store (whose
+    records a root server acts on at restart)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    writable = ws if where == "workspace" else tmp_path / "scratch"
+    policy = write_policy(f'[filesystem.paths]\n"{tmp_path / "scratch"}" = "write"\n')
+    with pytest.raises(WorkspaceError, match=f"state directory {writable}/a/state is inside {writable}, "
+                                             "which the agent can .*--state-dir"):
+        Workspace.open(ws, policy_path=policy, state_dir=writable / "a" / "state")
+    daemon = write_policy(f'[filesystem.paths]\n"{tmp_path / "scratch"}" = "write"\n'
+                          f'[runtime]\ndaemon_dir = "{writable / "d"}"\n')
+    with pytest.raises(WorkspaceError, match=f"worker directory {writable}/d is inside {writable}.*runtime.daemon_dir"):
+        Workspace.open(ws, policy_path=daemon, state_dir=tmp_path / "state")
+    assert Workspace.open(ws, policy_path=policy, state_dir=tmp_path / "state").state_dir == tmp_path / "state"
+
+
+def test_a_recorded_group_without_a_start_time_is_not_reaped(tmp_path):
+    """Found by testing: a store record naming only a pgid made a restarting root server
+    SIGKILL whatever process had that number."""
+    from codespace.reaper import group_is_ours
+    from codespace.store import proc_start_ticks
+
+    victim = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert not group_is_ours(victim.pid, None)
+        assert group_is_ours(victim.pid, proc_start_ticks(victim.pid))
+        assert not group_is_ours(victim.pid, proc_start_ticks(victim.pid) + 1)
+    finally:
+        victim.kill()
+        victim.wait()
+
+
 def test_gitdir_file_target_is_protected(write_policy, tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
     (tmp_path / "repo.git").mkdir()
     (ws / ".git").write_text(f"gitdir: {tmp_path / 'repo.git'}\n")
     workspace = Workspace.open(ws, policy_path=write_policy(f'[filesystem.paths]\n"{tmp_path}" = "write"\n'),
-                               state_dir=tmp_path / "state")
+                               state_dir=tmp_path.parent / f"{tmp_path.name}-state")
     refusal = workspace.paths.check(str(tmp_path / "repo.git" / "hooks" / "pre-commit"), "write")
     assert refusal is not None and "gitdir" in refusal.rule
 
