@@ -112,7 +112,8 @@ async def test_other_state_and_credentials_are_hidden(engine, uid):
     neighbour, token = _start_http_neighbour(base, home, uid)
     try:
         store = token.parent / "operations.sqlite3"
-        targets = [str(home / rel) for rel in CREDENTIALS] + [str(token), str(store)]
+        # /etc/shadow: found by testing, a root server's default policy read it out
+        targets = [str(home / rel) for rel in CREDENTIALS] + [str(token), str(store), "/etc/shadow", "/etc/gshadow"]
         params = serve_params(ws, base / "state", home, uid=uid, policy=_policy(base, engine))
         async with Client(params) as client:
             for target in targets:

@@ -2,7 +2,8 @@
 
 Each entry is a path under the server user's home (``~``) where a commonly used
 tool keeps secrets: tokens, passwords, keys, cookies, or a history of commands
-typed with secrets in them. They become ``none`` entries of ``filesystem.paths``
+typed with secrets in them; and the system's own secrets, which only root can read
+(a server running as root would otherwise hand them out as plain files). They become ``none`` entries of ``filesystem.paths``
 (an operator's own entry for the same key wins), so neither the file tools nor a
 sandboxed command can read them. The README's policy section lists them; a test
 keeps the two in step.
@@ -60,6 +61,11 @@ CREDENTIAL_GROUPS: dict[str, tuple[str, ...]] = {
         "~/.node_repl_history", "~/.psql_history", "~/.mysql_history", "~/.sqlite_history",
         "~/.rediscli_history", "~/.irb_history", "~/.pry_history", "~/.dbshell", "~/.mongosh",
         "~/.ipython/profile_default/history.sqlite", "~/.lesshst", "~/.viminfo", "~/.wget-hsts",
+    ),
+    "system secrets (readable by root)": (
+        "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/security/opasswd",
+        "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key", "/etc/ssh/ssh_host_ed25519_key",
+        "/etc/ssh/ssh_host_dsa_key", "/etc/krb5.keytab",
     ),
 }
 
