@@ -285,3 +285,15 @@ async def test_sandbox_fast_path_is_used_for_pipes(make_app, mode):
         stopped = await call_ok(client, "terminate", {"session_id": session["session_id"]})
         assert stopped["running"] is False
     assert FakeSandbox.launched and all(p.released for p in FakeSandbox.launched)
+
+
+async def test_a_command_that_sigkills_itself_under_the_keeper(make_app, mode, monkeypatch):
+    """Found by testing: the keeper reset SIGKILL's handler before passing the signal on, which
+    Python refuses; it exited 1 with a traceback instead of ending as its command did."""
+    monkeypatch.setenv("CODESPACE_CGROUP", "off")
+    async with connect(make_app(), mode=mode) as client:
+        info = await call_ok(client, "workspace_info")
+        assert info["sandbox"]["process_tracking"]["mechanism"] == "subreaper", info["sandbox"]
+        out = await call_ok(client, "exec", {"command": "echo before; kill -9 $$", "separate_stderr": True})
+        assert out["output"] == "before\n" and "Traceback" not in (out["stderr"] or ""), out
+        assert (out["exit_code"], out["signal"]) == (137, "SIGKILL"), out

@@ -124,7 +124,8 @@ def main(argv: list[str]) -> int:
         sig = os.WTERMSIG(status)
         for signum in FORWARDED:
             signal.signal(signum, signal.SIG_DFL)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset (found by testing:
+            signal.signal(sig, signal.SIG_DFL)           # `kill -9 $$` made the keeper fail with a traceback)
         os.kill(me, sig)
         return 128 + sig
     return os.WEXITSTATUS(status)

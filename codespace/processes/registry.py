@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import secrets
 import signal
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from .janitor import run_detached
 from .session import DRAIN_AFTER_EXIT_S, ProcessHandle, Session
 from .spawn import (PipeProcess, check_cwd, close_parent_copies, feed_payloads, prepare_inherited, resolve_program,
                     spawn_error)
-from .tracking import Tracker, remove_tree, wrap_argv
+from .tracking import Tracker, populated, remove_tree, signal_group, wrap_argv
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -79,6 +80,18 @@ class _Started:
     group: Path | None  # its cgroup; None on the fast path or without cgroups (a subreaper holds it then)
     writers: list[tuple[int, bytes]]  # payloads still to feed to inherited descriptors
     fast: bool  # started by the sandbox's fast path
+
+
+async def _empty(group: Path, within_s: float = 1.0) -> None:
+    """Kill what a finished command left in its cgroup and wait (briefly) for it to go. The
+    keeper and the sandbox's PID namespace end a command's leftovers when it exits; so does
+    its cgroup (found by testing: a root server's leftovers ran on past the timeout)."""
+    if not populated(group):
+        return
+    signal_group(group, signal.SIGKILL)
+    deadline = time.monotonic() + within_s
+    while populated(group) and time.monotonic() < deadline:
+        await anyio.sleep(0.01)
 
 
 class ProcessRegistry:
@@ -275,8 +288,10 @@ class ProcessRegistry:
                 ended()  # e.g. placeholders on the host that no running command needs any more
             except Exception:  # noqa: BLE001 - a backend's clean-up must not lose the record below
                 log.exception("the sandbox's clean-up after session %s failed", session.id)
-        if session.group is not None and remove_tree(session.group):
-            session.group = None  # empty and gone; a non-empty one is killed at terminate or shutdown
+        if session.group is not None:
+            await _empty(session.group)
+            if remove_tree(session.group):
+                session.group = None  # empty and gone; one that would not empty is killed again at shutdown
         if not session.detached or session.operation_id is None:
             return
         try:
