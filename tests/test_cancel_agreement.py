@@ -57,11 +57,20 @@ def _status(wire: _Wire, operation_id: str) -> str:
         time.sleep(0.05)
 
 
-@pytest.fixture
-def wire(ws, state):
-    proc = subprocess.Popen([*codespace_cmd(), "serve", "--workspace", str(ws), "--state-dir", str(state)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=subprocess_env(**{ENV_ALLOW: "fs,patch"}))
+@pytest.fixture(params=["in-process", "worker"])
+def wire(request, ws, state, tmp_path):
+    """In-process, and with the work in a child worker (found by testing: there the cancel was
+    recorded at once, while the worker went on to make the change)."""
+    command = [*codespace_cmd(), "serve", "--workspace", str(ws), "--state-dir", str(state)]
+    plugins = "fs,patch"
+    if request.param == "worker":
+        pytest.importorskip("codespace_runtime")
+        policy = tmp_path / "policy.toml"
+        policy.write_text('[runtime]\nworker = "child"\n[plugins]\nallow = ["fs", "patch", "runtime"]\n')
+        command += ["--policy", str(policy)]
+        plugins += ",runtime"
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=subprocess_env(**{ENV_ALLOW: plugins}))
     wire = _Wire(proc)
     wire.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})

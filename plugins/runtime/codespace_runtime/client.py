@@ -13,6 +13,7 @@ import logging
 import socket
 from collections.abc import Callable, Sequence
 
+import anyio
 from pydantic import ValidationError
 
 from . import protocol as p
@@ -24,6 +25,10 @@ from .reader import FrameReader
 
 _log = logging.getLogger("codespace_runtime.client")
 NotificationCallback = Callable[[str, dict, list[int]], None]
+
+
+CANCEL_ANSWER_S = 10.0
+"""How long a cancelled call waits for the worker to say whether the work was done."""
 
 
 class WorkerError(Exception):
@@ -176,11 +181,21 @@ class WorkerClient:
                 raise
             raise WorkerGone(False, f"sending {method!r} failed: {exc}") from None
         try:
-            return await answer
+            return await asyncio.shield(answer)
         except asyncio.CancelledError:
-            # Awaiting the future and being cancelled cancels the future too: cancelled, not answered.
-            if self._gone is None and (not answer.done() or answer.cancelled()):
-                asyncio.create_task(self._cancel_quietly(request_id))
+            if self._gone is not None or answer.done() or method == "cancel":  # a cancel is not cancelled
+                if answer.done() and not answer.cancelled() and answer.exception() is None:
+                    return answer.result()  # answered as the cancellation came: the work was done
+                raise
+            # Ask the worker to stop, and wait for its answer: the work may be past its point of no
+            # return, and then the caller must record what was done, not a cancellation (found by
+            # testing: a cancelled write_file was recorded cancelled with the file written).
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_ANSWER_S):
+                await self._cancel_quietly(request_id)
+                try:
+                    return await answer
+                except WorkerError:
+                    pass  # cancelled there too (or failed): the caller's cancellation stands
             raise
         finally:
             self._pending.pop(request_id, None)

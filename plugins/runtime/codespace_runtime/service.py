@@ -99,6 +99,19 @@ class Connection:
                 _log.warning("notification %s not sent: %s", method, exc)
 
     async def _send(self, frame: dict, fds: Sequence[int] = ()) -> None:
+        """Send one frame whole: a cancellation (the client's cancel arriving as the answer goes
+        out) waits for the frame to be finished, then stops the task. Half a frame would put the
+        stream out of step, and the client would wait forever for every later answer (found by
+        testing)."""
+        sending = asyncio.ensure_future(self._send_now(frame, fds))
+        try:
+            await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            if not sending.done():
+                await asyncio.wait([sending])
+            raise
+
+    async def _send_now(self, frame: dict, fds: Sequence[int]) -> None:
         async with self._write:
             await send_frame(self.sock, frame, fds)
 
