@@ -28,7 +28,10 @@ MAX_AHEAD = 64
 
 
 class FrameReader:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, *, max_frame: int = MAX_FRAME, max_ahead: int = MAX_AHEAD) -> None:
+        """``max_frame``, ``max_ahead``: tighter bounds, e.g. for a peer that has not proved who it
+        is yet (:meth:`limit` widens them later)."""
+        self.max_frame, self.max_ahead = max_frame, max_ahead
         self._loop = asyncio.get_running_loop()
         self._sock = sock
         self._fd = sock.fileno()
@@ -55,13 +58,18 @@ class FrameReader:
             finally:
                 self._waiter = None
         item = self._ready.popleft()
-        if not self._reading and not self._done and len(self._ready) < MAX_AHEAD // 2:
+        if not self._reading and not self._done and len(self._ready) < self.max_ahead // 2 + 1:
             self._resume()
         if isinstance(item, BaseException):
             if isinstance(item, EOFError) or getattr(item, "fatal", False):
                 self._ready.appendleft(item)  # every later call sees the end too
             raise item
         return item
+
+    def limit(self, *, max_frame: int = MAX_FRAME, max_ahead: int = MAX_AHEAD) -> None:
+        self.max_frame, self.max_ahead = max_frame, max_ahead
+        if not self._reading and not self._done and len(self._ready) < max_ahead // 2:
+            self._resume()
 
     def close(self) -> None:
         self._pause()
@@ -118,7 +126,7 @@ class FrameReader:
         if fds:
             self._fds.setdefault(self._last_start(chunk_start + len(data)), []).extend(fds)
         self._parse()
-        if len(self._ready) >= MAX_AHEAD or len(self._buf) > MAX_FRAME + 4:
+        if len(self._ready) >= self.max_ahead or len(self._buf) > self.max_frame + 4:
             self._pause()
 
     def _last_start(self, chunk_end: int) -> int:
@@ -138,8 +146,8 @@ class FrameReader:
             if len(buf) - offset < 4:
                 break
             length = int.from_bytes(buf[offset:offset + 4], "big")
-            if length > MAX_FRAME:
-                self._finish(FrameError(f"frame refused: its length {length} is over the limit of {MAX_FRAME} "
+            if length > self.max_frame:
+                self._finish(FrameError(f"frame refused: its length {length} is over the limit of {self.max_frame} "
                                         "bytes", fatal=True))
                 break
             if len(buf) - offset - 4 < length:

@@ -36,6 +36,8 @@ MAX_IN_FLIGHT = 64
 """Requests one connection may have running at once; more are refused (``busy``, not dispatched)."""
 HELLO_TIMEOUT = 10.0
 """Seconds a connection may stay without a ``hello`` before it is closed."""
+PRE_HELLO_FRAME = 64 * 1024
+"""The largest frame read before hello: a hello (or a status) is a few hundred bytes."""
 
 BUILT_INS = ("ping", "status", "shutdown", "cancel", "lane.open")
 _INLINE = frozenset({"ping", "cancel"})
@@ -121,7 +123,9 @@ class Connection:
         await self._send(p.error_frame(request_id, error))
 
     async def run(self) -> None:
-        self._reader = FrameReader(self.sock)
+        # Until hello proves the token, a frame is small and read one at a time: a connection
+        # that never says hello holds kilobytes, not a full frame's 16 MiB (found by testing).
+        self._reader = FrameReader(self.sock, max_frame=PRE_HELLO_FRAME, max_ahead=1)
         try:
             await self._send(p.Greeting(protocols=[p.PROTOCOL], nonce=self._nonce,
                                         worker=p.WORKER_VERSION).model_dump())
@@ -200,6 +204,7 @@ class Connection:
                                    "HMAC-SHA256(token, nonce) of this connection's greeting.")
             return False
         self.client = hello.client
+        self._reader.limit()
         if self._hub is not None:
             self._hub._open.add(self)
         await self._send(p.result_frame(request.id, self._welcome))

@@ -84,6 +84,42 @@ def test_requests_before_hello_are_refused(worker, method):
     assert worker.proc.poll() is None  # shutdown before hello did not stop it
 
 
+def test_before_hello_a_frame_is_small_and_the_connection_holds_little(worker):
+    """Found by testing: before hello the worker read ahead up to a full frame (16 MiB) and 64
+    frames for any connection that never proved its token."""
+    import resource
+
+    sock = raw(worker)
+    read_frame(sock)
+    big = json.dumps({"id": 1, "method": "status", "params": {"pad": "x" * (1 << 20)}}).encode()
+    header_only = len(big).to_bytes(4, "big")
+    sock.sendall(header_only)
+    error = read_frame(sock)["error"]
+    assert error["code"] == p.FRAME and "over the limit of 65536" in error["message"], error
+    assert closed(sock)
+    # Many small frames that are never read: the worker stops reading instead of queueing them.
+    rss_before = int(open(f"/proc/{worker.proc.pid}/statm").read().split()[1])
+    flooders = []
+    for _ in range(8):
+        flooder = raw(worker)
+        read_frame(flooder)
+        flooder.setblocking(False)
+        frame = json.dumps({"id": 1, "method": "status", "params": {"pad": "y" * 60000}}).encode()
+        sent = 0
+        try:
+            while sent < 16 << 20:
+                sent += flooder.send(len(frame).to_bytes(4, "big") + frame)
+        except BlockingIOError:
+            pass
+        flooders.append(flooder)
+        assert sent < 4 << 20, f"the worker took {sent} bytes from a connection that never said hello"
+    grown = (int(open(f"/proc/{worker.proc.pid}/statm").read().split()[1]) - rss_before) * resource.getpagesize()
+    assert grown < 16 << 20, f"the worker grew by {grown} bytes for 8 connections that never said hello"
+    for flooder in flooders:
+        flooder.close()
+    assert worker.proc.poll() is None
+
+
 def test_status_before_hello_says_versions_and_liveness_only(worker):
     sock = worker.connect()
     status = asyncio.run(fetch_status(sock))
