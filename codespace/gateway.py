@@ -402,10 +402,14 @@ class Gateway:
             structured["replayed"] = False
             # The change is made: a cancellation arriving now must not leave the record saying otherwise.
             with anyio.CancelScope(shield=True):
-                if call.detached:
-                    await self.store.set_interim(operation_id, structured)
-                else:
-                    await self.store.finish(operation_id, "succeeded", result=structured)
+                try:
+                    if call.detached:
+                        await self.store.set_interim(operation_id, structured)
+                    else:
+                        await self.store.finish(operation_id, "succeeded", result=structured)
+                except Exception:  # noqa: BLE001 - the work is done: its result still goes to the agent
+                    log.exception("the result of operation %s could not be recorded; a retry with its "
+                                  "operation_id will say it is still running", operation_id)
         return Outcome(False, tool.render_text(result, structured), structured)
 
 

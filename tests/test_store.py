@@ -200,3 +200,26 @@ async def test_schema_1_store_is_upgraded(tmp_path):
     store = SQLiteStore(path).open_sync()
     assert store.network_sync() == []
     store.close_sync()
+
+
+async def test_a_lock_held_past_the_busy_timeout_delays_a_write_and_loses_nothing(tmp_path):
+    """Found by testing: another process holding the database (an operator's sqlite3 shell, a
+    backup) past the 5 s busy timeout made the record of finished work stay ``running``."""
+    store = await _store(tmp_path)
+    await store.begin("k", "tool", "h", "{}", "c")
+    other = sqlite3.connect(tmp_path / "ops.sqlite3", isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN EXCLUSIVE")
+
+    def release_later() -> None:
+        time.sleep(6.5)
+        other.execute("ROLLBACK")
+        other.close()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, release_later)
+        started = time.monotonic()
+        await store.finish("k", "succeeded", result={"done": True})
+        waited = time.monotonic() - started
+    record = await store.get("k")
+    assert record.status == "succeeded" and record.result == {"done": True} and waited > 6, (record, waited)
+    await store.close()

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,8 @@ _COLUMNS = (
     "created_at, finished_at"
 )
 PRUNE_EVERY = 500
+BUSY_RETRY_S = 60.0
+"""How long a store call waits, in all, for another process to release the database."""
 
 
 class StoreError(Exception):
@@ -155,7 +158,19 @@ class SQLiteStore:
         return self._conn
 
     async def _run(self, fn: Any, *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        # Another process (an operator's sqlite3 shell, a backup, a second server on the same
+        # directory) may hold the database's lock past the 5 s busy timeout: the call waits and
+        # tries again rather than fail (found by testing: the record of work already done stayed
+        # ``running`` and the agent got an internal error).
+        deadline = time.monotonic() + BUSY_RETRY_S
+        while True:
+            try:
+                return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                log.warning("operation store %s is locked by another process (%s); trying again", self.path, exc)
+                await anyio.sleep(0.1)
 
     # -- operations ---------------------------------------------------------
 
