@@ -297,3 +297,18 @@ async def test_a_command_that_sigkills_itself_under_the_keeper(make_app, mode, m
         out = await call_ok(client, "exec", {"command": "echo before; kill -9 $$", "separate_stderr": True})
         assert out["output"] == "before\n" and "Traceback" not in (out["stderr"] or ""), out
         assert (out["exit_code"], out["signal"]) == (137, "SIGKILL"), out
+
+
+@pytest.mark.parametrize("tty", [False, True])
+async def test_a_command_line_too_long_for_linux_is_refused_naming_the_part(make_app, mode, tty):
+    """Found by testing: the E2BIG came from whatever ran first (the sandbox's launcher, the
+    cgroup stub) and named it, not the argument that was too long."""
+    async with connect(make_app(), mode=mode) as client:
+        one = await call_error(client, "exec", {"command": ["echo", "x" * 200_000], "tty": tty})
+        assert one["code"] == "invalid_arguments" and "argument 1 is 200000 bytes" in one["message"], one
+        script = await call_error(client, "exec", {"command": "echo " + "y" * 200_000, "tty": tty})
+        assert "the shell script is 200005 bytes" in script["message"] and "To proceed" in script["message"]
+        many = await call_error(client, "exec", {"command": ["echo", *["z" * 100_000] * 40], "tty": tty})
+        assert "(ARG_MAX)" in many["message"], many
+        fine = await call_ok(client, "exec", {"command": ["echo", "x" * 100_000], "yield_ms": 10_000})
+        assert len(fine["output"].strip()) == 100_000

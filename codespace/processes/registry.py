@@ -31,7 +31,7 @@ from .buffer import OutputBuffer
 from ..procfs import table
 from .janitor import run_detached
 from .session import DRAIN_AFTER_EXIT_S, ProcessHandle, Session
-from .spawn import (PipeProcess, check_cwd, close_parent_copies, feed_payloads, prepare_inherited, resolve_program,
+from .spawn import (PipeProcess, check_cwd, check_exec_size, close_parent_copies, feed_payloads, prepare_inherited, resolve_program,
                     spawn_error)
 from .tracking import Tracker, populated, remove_tree, signal_group, wrap_argv
 
@@ -207,6 +207,7 @@ class ProcessRegistry:
         """Start ``spec``; ``sandbox`` is (backend, layout) when the command must be confined."""
         if self._tg is None:
             raise ToolError("the server is shutting down; no new commands", code="shutting_down")
+        check_exec_size(spec)
         await self._make_room()
         requested = spec.argv  # what list_sessions shows: the user's command, not a wrapper's argv
         started = await self._spawn(spec, sandbox)
