@@ -151,14 +151,15 @@ async def test_blocking_calls_change_the_disk_as_the_async_ones(tmp_path, resolv
 
 
 def test_a_process_using_only_the_blocking_calls_loads_no_loop_and_no_pydantic(tmp_path):
-    (tmp_path / "f.txt").write_bytes(b"one\n")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "f.txt").write_bytes(b"one\n")
     code = f"""
 import sys
 from codespace.contract import gate, SyncFileBytes
-ws = gate.open_workspace({str(tmp_path)!r}, state_dir={str(tmp_path / 'state')!r})
+ws = gate.open_workspace({str(tmp_path / 'ws')!r}, state_dir={str(tmp_path / 'state')!r})
 fs, failed = gate.filesystem(ws, [("fs", "codespace_fs.plugin")])
 assert isinstance(fs, SyncFileBytes), (fs, failed)
-path = {str(tmp_path / 'f.txt')!r}
+path = {str(tmp_path / 'ws' / 'f.txt')!r}
 data = fs.read_bytes_sync(path, max_bytes=100)
 fs.write_bytes_sync(path, data + b"two\\n", in_place=True, durable=False)
 fs.write_bytes_sync(path + ".new", b"x", durable=False)
@@ -170,4 +171,4 @@ print(sorted(m for m in ("asyncio", "anyio", "pydantic", "ctypes", "hashlib", "s
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", f"the blocking road loaded {done.stdout.strip()}"
-    assert (tmp_path / "f.txt").read_bytes() == b"one\ntwo\n" and not (tmp_path / "f.txt.new").exists()
+    assert (tmp_path / "ws" / "f.txt").read_bytes() == b"one\ntwo\n" and not (tmp_path / "ws" / "f.txt.new").exists()

@@ -79,8 +79,9 @@ def test_atomic_mode(ws, argv, env):
 
 @pytest.mark.parametrize("victim", ["outside", ".git/config", "secret/key"])
 def test_a_forged_journal_where_the_agent_writes_touches_nothing(ws, argv, env, tmp_path, victim):
-    """The caller chooses CODESPACE_STATE_DIR, so it can point into the workspace, which the agent
-    writes: a journal there is input. One naming a path the policy would not let a patch write
+    """A journal is input: the state directory can no longer be one the agent writes (the core
+    refuses one below the workspace or a writable path), but whoever else could write there must
+    not gain a patch's reach through it. One naming a path the policy would not let a patch write
     (outside the workspace, protected, hidden) is moved aside untouched; it used to be rolled
     back: such files overwritten, created or deleted, a hidden one's content copied beside the
     journal. The patch itself still applies."""
@@ -98,11 +99,11 @@ def test_a_forged_journal_where_the_agent_writes_touches_nothing(ws, argv, env, 
         JournalEntry(str(outside / "created.txt"), b"CREATED\n", None),
         JournalEntry(str(target), b"", "0" * 64, in_place=True),  # torn: its current bytes kept aside
     ], dirs=[str(outside / "no-such-dir")], pid=999999)  # a missing directory: the commit did not finish
-    journals = ws / "st" / "patch-journal"
+    journals = tmp_path / "st" / "patch-journal"
     journals.mkdir(parents=True)
     (journals / "forged.journal").write_bytes(b"".join(encode(record)))
     out = run_helper(argv, str(ws), patch_of("*** Add File: harmless.txt", "+hi"),
-                     {**env, "CODESPACE_STATE_DIR": str(ws / "st"), "CODESPACE_PATCH_MODE": "atomic"})
+                     {**env, "CODESPACE_STATE_DIR": str(tmp_path / "st"), "CODESPACE_PATCH_MODE": "atomic"})
     assert out.code == 0 and (ws / "harmless.txt").read_text() == "hi\n", out.stderr
     assert b"names a path no patch may write here" in out.stderr and b"moved aside, nothing touched" in out.stderr
     assert target.read_bytes() == before and not (outside / "created.txt").exists()
@@ -118,7 +119,7 @@ def test_links_and_fifos_in_a_journal_directory_the_agent_writes_are_never_follo
     write(ws, {"a.txt": "attacker's bytes\n", ".git/config": "[core]\n"})
     victims = [tmp_path / "victim.txt", ws / ".git" / "config"]
     victims[0].write_text("original\n")
-    journals = ws / "st" / "patch-journal"
+    journals = tmp_path / "st" / "patch-journal"
     journals.mkdir(parents=True)
     for n, victim in enumerate(victims):
         record = JournalRecord(entries=[JournalEntry(str(ws / "a.txt"), b"old\n", "0" * 64, in_place=True)],
@@ -128,7 +129,7 @@ def test_links_and_fifos_in_a_journal_directory_the_agent_writes_are_never_follo
     os.mkfifo(journals / "x.slot")
     os.mkfifo(journals / "y.journal")
     out = run_helper(argv, str(ws), patch_of("*** Add File: harmless.txt", "+hi"),
-                     {**env, "CODESPACE_STATE_DIR": str(ws / "st"), "CODESPACE_PATCH_MODE": "atomic"})
+                     {**env, "CODESPACE_STATE_DIR": str(tmp_path / "st"), "CODESPACE_PATCH_MODE": "atomic"})
     assert out.code == 0 and (ws / "harmless.txt").read_text() == "hi\n", out.stderr
     assert [v.read_text() for v in victims] == ["original\n", "[core]\n"]
     assert b"Traceback" not in out.stderr and b"y.journal is not a regular file" in out.stderr, out.stderr
