@@ -14,6 +14,7 @@ from codespace.contract import FsError
 
 from . import errors
 from .names import join, lstat_at
+from .ownership import take_parent_owner
 from .reading import kind_of
 from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, Confinement, Opened
 from .syncing import fsync_quietly
@@ -83,8 +84,10 @@ def _made_in(conf: Confinement, parent: Opened, path: str) -> Opened:
         name = path.rsplit("/", 1)[1]
         target = join(parent.path, name)
         _check(conf, target, path)
+        created = False
         try:
             os.mkdir(name, 0o777, dir_fd=parent.fd)
+            created = True
             # The file about to be written is fsync'ed in this new directory; the
             # directory's own entry must be durable too.
             fsync_quietly(parent.fd)
@@ -97,9 +100,22 @@ def _made_in(conf: Confinement, parent: Opened, path: str) -> Opened:
         except OSError as exc:
             # Created, then swapped for a link or a file before we opened it.
             raise errors.os_error(exc, path, "create the directory") from exc
+        if created:
+            take_parent_owner(fd, parent.fd)
         return Opened(fd, target, parent.followed)
     finally:
         os.close(parent.fd)
+
+
+def _own_new(dirfd: int, name: str, path: str) -> None:
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dirfd)
+    except OSError as exc:  # swapped for a link or a file already
+        raise errors.os_error(exc, path, "create the directory") from exc
+    try:
+        take_parent_owner(fd, dirfd)
+    finally:
+        os.close(fd)
 
 
 def make_dir(conf: Confinement, request: MakeDirRequest) -> MakeDirResult:
@@ -131,6 +147,7 @@ def make_dir(conf: Confinement, request: MakeDirRequest) -> MakeDirResult:
     try:
         try:
             os.mkdir(name, 0o777, dir_fd=parent.fd)
+            _own_new(parent.fd, name, path)
             return MakeDirResult(path=path, created=True)
         except FileExistsError:
             pass

@@ -23,6 +23,7 @@ from codespace.contract import FsError
 
 from . import errors, kernel
 from .names import lstat_at, readlink_at
+from .ownership import take_parent_owner
 from .reading import CHUNK, kind_of, open_regular_at
 from .resolve import O_CLOEXEC, O_NOFOLLOW, O_PATH, Confinement
 from .syncing import fsync_quietly, pending_sync
@@ -180,6 +181,8 @@ def _replace(
     try:
         try:
             _fill(fd, data, before, mode, durable)
+            if before is None:
+                take_parent_owner(fd, dirfd)
             if expected is not None:
                 _recheck(dirfd, name, path, expected, before)
             if tmp is None:

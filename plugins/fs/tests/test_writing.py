@@ -238,3 +238,27 @@ async def test_make_dir(make_app, ws, mode):
         assert "symbolic link" in error["message"]
         assert not (await call_ok(client, "make_dir", {"path": "."}))["created"]
     assert (ws / "a" / "b" / "c").is_dir() and not (ws / "p").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a server running as root creates files for another user")
+async def test_as_root_what_is_created_takes_the_owner_of_its_directory(make_app, ws, mode, temp_files):
+    """Found by testing: a root server serving a user's workspace left every file the agent
+    created owned by root, which the user's commands (the sandbox runs them as the workspace
+    owner) could not change."""
+    os.chown(ws, 1000, 1001)
+    (ws / "rootdir").mkdir()  # root's own directory: what is made in it stays root's
+    (ws / "theirs.txt").write_text("x")
+    os.chown(ws / "theirs.txt", 1002, 1002)
+    async with connect(make_app(), mode=mode) as client:
+        await call_ok(client, "write_file", {"path": "new.txt", "content": "one\n"})
+        await call_ok(client, "write_file", {"path": "a/b/c.txt", "content": "deep\n", "create_parents": True})
+        await call_ok(client, "make_dir", {"path": "d"})
+        await call_ok(client, "write_file", {"path": "theirs.txt", "content": "y"})
+        await call_ok(client, "write_file", {"path": "rootdir/r.txt", "content": "r"})
+        patched = await client.call_tool("apply_patch", {"patch": "*** Begin Patch\n*** Add File: p/q.txt\n+x\n*** End Patch\n"})
+    owners = {rel: (os.stat(ws / rel).st_uid, os.stat(ws / rel).st_gid)
+              for rel in ("new.txt", "a", "a/b", "a/b/c.txt", "d", "theirs.txt", "rootdir/r.txt")}
+    assert owners == {"new.txt": (1000, 1001), "a": (1000, 1001), "a/b": (1000, 1001), "a/b/c.txt": (1000, 1001),
+                      "d": (1000, 1001), "theirs.txt": (1002, 1002), "rootdir/r.txt": (0, 0)}, owners
+    if not patched.is_error:  # where the patch plugin is installed
+        assert {(os.stat(ws / p).st_uid, os.stat(ws / p).st_gid) for p in ("p", "p/q.txt")} == {(1000, 1001)}
