@@ -73,6 +73,8 @@ INNER_STAGE = ("upstream runs its helper again inside bwrap to install seccomp a
 OUR_TMP = "CodeSpace's policy does not make /tmp writable; the command gets a private /tmp (and TMPDIR) tmpfs"
 RUNTIME = "the interpreter's own directories hidden by the private /tmp are bound back read-only"
 DENY_READ = "CodeSpace's default policy hides /sys and its state directory from commands (deny-read masks)"
+SYSTEM_SECRETS = ("CodeSpace's default policy hides the system's secrets (/etc/shadow, host keys) from commands "
+                  "(deny-read masks)")
 MORE_NAMES = "CodeSpace's default protected names (filesystem.protected) are more than upstream's .git .agents .codex .aws"
 NO_INNER = "without an inner stage, bwrap sets the command's directory, environment and seccomp filter itself"
 INFO_FD = "the helper reads the sandbox's PID 1 from --info-fd to forward signals to its group"
@@ -96,6 +98,7 @@ ARGV_DIFFERENCES: list[tuple[str, str, str]] = [
     ("--ro-bind <runtime> <runtime>", "ours only", RUNTIME),
     ("--perms 0 --tmpfs /sys", "ours only", DENY_READ),
     ("--perms 0 --tmpfs <base>/state", "ours only", DENY_READ),
+    ("--ro-bind /dev/null /etc/*", "ours only", SYSTEM_SECRETS),
     ("--perms 555 --tmpfs <ws>/.*", "ours only", MORE_NAMES),
     ("run: <command>", "ours only", NO_INNER),
     ("--chdir <ws>", "ours only", NO_INNER),
