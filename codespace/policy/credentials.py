@@ -2,10 +2,10 @@
 
 Each entry is a path under the server user's home (``~``) where a commonly used
 tool keeps secrets: tokens, passwords, keys, cookies, or a history of commands
-typed with secrets in them; and the system's own secrets, which only root can read
-(a server running as root would otherwise hand them out as plain files). They become ``none`` entries of ``filesystem.paths``
-(an operator's own entry for the same key wins), so neither the file tools nor a
-sandboxed command can read them. The README's policy section lists them; a test
+typed with secrets in them; or one of the system's own secrets, which only root can
+read (a server running as root would otherwise hand them out as plain files). They
+become ``none`` entries of ``filesystem.paths`` (an operator's own entry for the same
+key wins), so neither the file tools nor a sandboxed command can read them. The README's policy section lists them; a test
 keeps the two in step.
 
 An entry that does not exist costs nothing per command: the engines skip

@@ -31,8 +31,8 @@ from .buffer import OutputBuffer
 from ..procfs import table
 from .janitor import run_detached
 from .session import DRAIN_AFTER_EXIT_S, ProcessHandle, Session
-from .spawn import (PipeProcess, check_cwd, check_exec_size, close_parent_copies, feed_payloads, prepare_inherited, resolve_program,
-                    spawn_error)
+from .spawn import (PipeProcess, check_cwd, check_exec_size, close_parent_copies, feed_payloads, prepare_inherited,
+                    resolve_program, spawn_error)
 from .tracking import Tracker, populated, remove_tree, signal_group, wrap_argv
 
 if TYPE_CHECKING:

@@ -167,7 +167,8 @@ class SQLiteStore:
             try:
                 return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() >= deadline:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() >= deadline:
                     raise
                 log.warning("operation store %s is locked by another process (%s); trying again", self.path, exc)
                 await anyio.sleep(0.1)
