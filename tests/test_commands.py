@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import resource
+import subprocess
 import sys
 import time
 
@@ -312,3 +314,21 @@ async def test_a_command_line_too_long_for_linux_is_refused_naming_the_part(make
         assert "(ARG_MAX)" in many["message"], many
         fine = await call_ok(client, "exec", {"command": ["echo", "x" * 100_000], "yield_ms": 10_000})
         assert len(fine["output"].strip()) == 100_000
+
+
+@pytest.mark.parametrize("tracking", ["cgroup", "subreaper"])
+async def test_what_a_command_leaves_behind_ends_with_it(make_app, mode, monkeypatch, tracking):
+    """Found by testing: as root without a sandbox (cgroup tracking) a background process outlived
+    its command, held the output open for the 2 s drain, and ran on past the command's timeout;
+    the keeper and the sandbox's PID namespace end it with the command."""
+    if tracking == "subreaper":
+        monkeypatch.setenv("CODESPACE_CGROUP", "off")
+    tag = f"cs-left-{tracking}-{os.getpid()}"
+    async with connect(make_app('[sandbox]\nmode = "off"\n'), mode=mode) as client:
+        info = await call_ok(client, "workspace_info")
+        if info["sandbox"]["process_tracking"]["mechanism"] != tracking:
+            pytest.skip(f"{tracking} tracking is not available here")
+        out = await call_ok(client, "exec", {"command": f"(exec -a {tag} sleep 100) & echo hi"})
+        assert out["output"] == "hi\n" and not out["running"], out
+        left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
+        assert not [p for p in left if alive(int(p))], f"{tag} outlived its command"

@@ -33,7 +33,7 @@ from .janitor import run_detached
 from .session import DRAIN_AFTER_EXIT_S, ProcessHandle, Session
 from .spawn import (PipeProcess, check_cwd, check_exec_size, close_parent_copies, feed_payloads, prepare_inherited,
                     resolve_program, spawn_error)
-from .tracking import Tracker, populated, remove_tree, signal_group, wrap_argv
+from .tracking import Tracker, populated, remove_tree, wrap_argv
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -82,13 +82,9 @@ class _Started:
     fast: bool  # started by the sandbox's fast path
 
 
-async def _empty(group: Path, within_s: float = 1.0) -> None:
-    """Kill what a finished command left in its cgroup and wait (briefly) for it to go. The
-    keeper and the sandbox's PID namespace end a command's leftovers when it exits; so does
-    its cgroup (found by testing: a root server's leftovers ran on past the timeout)."""
-    if not populated(group):
-        return
-    signal_group(group, signal.SIGKILL)
+async def _emptied(group: Path, within_s: float = 1.0) -> None:
+    """Wait (briefly) for the processes a finished command left in its cgroup, killed when it
+    exited (Session.run), to be gone."""
     deadline = time.monotonic() + within_s
     while populated(group) and time.monotonic() < deadline:
         await anyio.sleep(0.01)
@@ -290,7 +286,7 @@ class ProcessRegistry:
             except Exception:  # noqa: BLE001 - a backend's clean-up must not lose the record below
                 log.exception("the sandbox's clean-up after session %s failed", session.id)
         if session.group is not None:
-            await _empty(session.group)
+            await _emptied(session.group)
             if remove_tree(session.group):
                 session.group = None  # empty and gone; one that would not empty is killed again at shutdown
         if not session.detached or session.operation_id is None:

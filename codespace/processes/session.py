@@ -157,6 +157,11 @@ class Session:
                     if self.timeout_s is not None:
                         tg.start_soon(self._watchdog, self.timeout_s)
                     self.returncode = await self.process.wait()
+                    if populated(self.group):
+                        # What the command left ends with it, as under the keeper and in the
+                        # sandbox's PID namespace (found by testing: as root without a sandbox,
+                        # leftovers ran on past the timeout, and held the output open for 2 s).
+                        signal_group(self.group, signal.SIGKILL)
                     self.exited.set()
                     self._poke()
                     await self._drain()
