@@ -48,8 +48,11 @@ async def apply_changes(fs: FileSystem, changes: list[Change], new_dirs: list[st
     await make_dirs(fs, new_dirs)
     for change in changes:
         if change.new is not None:
-            await fs.write_bytes(change.path, change.new, create_parents=True, follow_symlink=True, durable=False,
-                                 in_place=_in_place(change))
+            # Only a new file's directories are made: an updated file whose directory went away
+            # meanwhile (a command removed it) fails the commit, which is rolled back, rather than
+            # being written back with its directory re-created (found by testing).
+            await fs.write_bytes(change.path, change.new, create_parents=change.old is None, follow_symlink=True,
+                                 durable=False, in_place=_in_place(change))
     # No flush here: the journal (flushed before the first write) covers a crash
     # until settle() has flushed the file system once for the whole commit.
 

@@ -69,6 +69,11 @@ async def rollback(fs: FileSystem, record: JournalRecord, max_bytes: int, journa
         current = await current_content(fs, entry.path, max_bytes)
         if current == entry.old:
             continue
+        if current is None and entry.new_sha256 is not None:
+            # An update never leaves its file absent (a replace renames over it): someone else
+            # removed it, maybe with its directory. Not brought back (found by testing).
+            skipped.append(f"{entry.path} (removed meanwhile; not brought back)")
+            continue
         if current is not None and (entry.new_sha256 is None or sha256_hex(current) != entry.new_sha256):
             if not entry.in_place:
                 skipped.append(entry.path)

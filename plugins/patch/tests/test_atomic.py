@@ -136,6 +136,18 @@ async def test_a_failing_write_among_many_is_rolled_back(ws, state, fs):
     assert (ws / "f19.txt").read_text() == "19 new\n" and (ws / "fresh/n.txt").exists()
 
 
+async def test_an_update_whose_directory_went_away_fails_and_is_not_recreated(ws, state, fs):
+    """Found by testing: a file a patch updates, whose directory a command removed between the
+    patch's read and its commit, was written back with the directory re-created."""
+    write(ws, {"a.txt": "a\n"})
+    before = snapshot(ws)
+    changes = [Change(str(ws / "a.txt"), b"a\n", b"A\n"), Change(str(ws / "gone" / "b.txt"), b"b\n", b"B\n")]
+    with pytest.raises(FsError, match="No such file or directory"):
+        await commit(fs, stage(Journal(state / "j"), changes, []), MAX)
+    assert snapshot(ws) == before and not (ws / "gone").exists()
+    assert pending(state / "j") == []
+
+
 async def _half_applied(ws: Path, state: Path, fs, steps: int) -> Journal:
     """A journal whose writer died after ``steps`` operations (the lock is released)."""
     _old_tree(ws)
