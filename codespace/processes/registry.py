@@ -143,6 +143,12 @@ class ProcessRegistry:
                 await session.exited.wait()
         procs = table()
         for session in self._sessions.values():
+            if session.running and session.terminated_by is None:
+                # Started while the first round ran (its spawn was still being awaited): the
+                # shutdown ends it too, and its exec call must say so, not report exit 137
+                # (found as a rare CI failure).
+                session.terminated_by = "shutdown"
+                live.append(session)
             if session.running or session.leftovers(procs):
                 session.kill(signal.SIGKILL, procs)
         with anyio.move_on_after(DRAIN_AFTER_EXIT_S + 1):
