@@ -14,7 +14,7 @@ from codespace.contract import FsError
 
 from . import errors
 from .names import join, lstat_at
-from .ownership import take_parent_owner
+from .ownership import AS_ROOT, take_parent_owner
 from .reading import kind_of
 from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, Confinement, Opened
 from .syncing import fsync_quietly
@@ -108,6 +108,8 @@ def _made_in(conf: Confinement, parent: Opened, path: str) -> Opened:
 
 
 def _own_new(dirfd: int, name: str, path: str) -> None:
+    if not AS_ROOT:
+        return  # nothing to give: no descriptor to open
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=dirfd)
     except OSError as exc:  # swapped for a link or a file already

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 
-_ROOT = os.geteuid() == 0
+AS_ROOT = os.geteuid() == 0
+"""Whether anything here applies: only a server running as root creates files for others."""
 
 
 def take_parent_owner(fd: int, dirfd: int) -> None:
     """Give the new object open as ``fd`` the owner of the directory open as ``dirfd``."""
-    if not _ROOT:
+    if not AS_ROOT:
         return
     parent = os.fstat(dirfd)
     if parent.st_uid or parent.st_gid:

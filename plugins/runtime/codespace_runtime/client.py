@@ -190,12 +190,15 @@ class WorkerClient:
             # Ask the worker to stop, and wait for its answer: the work may be past its point of no
             # return, and then the caller must record what was done, not a cancellation (found by
             # testing: a cancelled write_file was recorded cancelled with the file written).
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_ANSWER_S):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_ANSWER_S) as waiting:
                 await self._cancel_quietly(request_id)
                 try:
                     return await answer
                 except WorkerError:
                     pass  # cancelled there too (or failed): the caller's cancellation stands
+            if waiting.cancelled_caught:
+                _log.warning("the worker did not answer cancelled %s (request %s) within %s s; it is recorded as "
+                             "cancelled, though it may have run", method, request_id, CANCEL_ANSWER_S)
             raise
         finally:
             self._pending.pop(request_id, None)

@@ -81,6 +81,7 @@ class Connection:
         self._hub = hub
         self._write = asyncio.Lock()
         self._tasks: dict[int, asyncio.Task] = {}
+        self._answering: set[int] = set()  # requests whose answer is being sent: no longer cancellable
         self._nonce = secrets.token_hex(p.NONCE_BYTES)
         self.client: str | None = None
         self._open = True
@@ -101,21 +102,18 @@ class Connection:
                 _log.warning("notification %s not sent: %s", method, exc)
 
     async def _send(self, frame: dict, fds: Sequence[int] = ()) -> None:
-        """Send one frame whole: a cancellation (the client's cancel arriving as the answer goes
-        out) waits for the frame to be finished, then stops the task. Half a frame would put the
-        stream out of step, and the client would wait forever for every later answer (found by
-        testing)."""
-        sending = asyncio.ensure_future(self._send_now(frame, fds))
-        try:
-            await asyncio.shield(sending)
-        except asyncio.CancelledError:
-            if not sending.done():
-                await asyncio.wait([sending])
-            raise
-
-    async def _send_now(self, frame: dict, fds: Sequence[int]) -> None:
         async with self._write:
             await send_frame(self.sock, frame, fds)
+
+    async def _answer(self, request_id: int, frame: dict, fds: Sequence[int] = ()) -> None:
+        """Send a request's answer. From here on a ``cancel`` leaves the request alone: its work
+        is over, and cancelling the send would leave half a frame on the stream, out of step for
+        every later answer (found by testing: the client then waited forever)."""
+        self._answering.add(request_id)
+        try:
+            await self._send(frame, fds)
+        finally:
+            self._answering.discard(request_id)
 
     async def _send_error(self, request_id: int | None, code: str, message: str, *,
                           dispatched: bool = False, data: dict | None = None) -> None:
@@ -262,14 +260,14 @@ class Connection:
                 return  # the connection is being torn down: nobody is left to answer
             error = self._map_error(request.method, exc)
             try:
-                await self._send(p.error_frame(request.id, error))
+                await self._answer(request.id, p.error_frame(request.id, error))
             except (OSError, FrameError):
                 pass
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             return
         try:
-            await self._send(p.result_frame(request.id, result), out_fds)
+            await self._answer(request.id, p.result_frame(request.id, result), out_fds)
         except FrameError as exc:
             await self._send_error(request.id, p.FAILED, f"{request.method} ran, but its result could not be "
                                    f"sent: {exc.message}", dispatched=True)
@@ -293,7 +291,7 @@ class Connection:
             if type(target) is not int:
                 raise BadParams("cancel needs params {'id': <the id of a request in flight>}")
             task = self._tasks.get(target)
-            cancelled = task is not None and target != request.id and task.cancel()
+            cancelled = task is not None and target != request.id and target not in self._answering and task.cancel()
             return {"cancelled": bool(cancelled)}
         if method == "lane.open":  # one end of a socket pair: short reads answered by a thread (lane_service)
             try:
