@@ -82,6 +82,7 @@ class Connection:
         self._write = asyncio.Lock()
         self._tasks: dict[int, asyncio.Task] = {}
         self._answering: set[int] = set()  # requests whose answer is being sent: no longer cancellable
+        self._pending_answers: set[asyncio.Future] = set()  # held: the loop keeps only weak references
         self._nonce = secrets.token_hex(p.NONCE_BYTES)
         self.client: str | None = None
         self._open = True
@@ -230,7 +231,25 @@ class Connection:
                 continue
             task = asyncio.create_task(self._dispatch(request, fds))
             self._tasks[request.id] = task
-            task.add_done_callback(lambda _t, rid=request.id: self._tasks.pop(rid, None))
+            task.add_done_callback(lambda t, rid=request.id, fds=fds: self._settled(t, rid, fds))
+
+    def _settled(self, task: asyncio.Task, request_id: int, fds: list[int]) -> None:
+        self._tasks.pop(request_id, None)
+        if task.cancelled() and self._open:
+            # Cancelled before its first step: _dispatch never ran, so nothing answered it and
+            # its descriptors are still here (found by testing: the client waited for an answer
+            # that never came). Nothing ran: not dispatched.
+            _close(fds)
+            answering = asyncio.ensure_future(self._cancelled_before_start(request_id))
+            self._pending_answers.add(answering)
+            answering.add_done_callback(self._pending_answers.discard)
+
+    async def _cancelled_before_start(self, request_id: int) -> None:
+        error = p.Error(code=p.CANCELLED, message="cancelled before it started; nothing ran", dispatched=False)
+        try:
+            await self._answer(request_id, p.error_frame(request_id, error))
+        except (OSError, FrameError):
+            pass  # the connection went: nobody is left to answer
 
     def _refusal(self, request: p.Request) -> tuple[str, str] | None:
         if request.method == "hello":

@@ -212,3 +212,21 @@ def test_calls_in_flight_when_the_worker_dies_are_gone_and_dispatched(pair):
         return in_flight.value, after.value
     in_flight, after = run(pair, body)
     assert in_flight.dispatched is True and after.dispatched is False
+
+
+def test_a_request_cancelled_before_it_started_is_still_answered(pair):
+    """Found by testing: a cancel read in the same read as its request cancelled the request's
+    task before its first step; nothing answered the request, and the client waited for it."""
+    from codespace_runtime.framing import encode_frame
+
+    async def body(c):
+        loop = asyncio.get_running_loop()
+        slow, cancel = loop.create_future(), loop.create_future()
+        c._pending[900], c._pending[901] = slow, cancel
+        both = (encode_frame({"id": 900, "method": "sleep", "params": {"seconds": 30, "tag": 10}}, 0)
+                + encode_frame({"id": 901, "method": "cancel", "params": {"id": 900}}, 0))
+        await loop.sock_sendall(c.sock, both)  # one write: the worker takes both from one read
+        return await asyncio.wait_for(asyncio.gather(slow, cancel, return_exceptions=True), 5)
+    slow, cancel = run(pair, body)
+    assert cancel[0] == {"cancelled": True}, cancel
+    assert isinstance(slow, WorkerCallError) and slow.code == p.CANCELLED and not slow.dispatched, slow
