@@ -14,6 +14,7 @@ filter notifies before the broker is ready waits for it; none is lost.
 
 
 import _ctypes
+import _signal
 import _thread
 import posix
 
@@ -90,7 +91,12 @@ def install_before_spawn(rules: dict, serve: "Callable[[int, dict], None]") -> N
             serve(handed[0], rules)  # it loads the broker's modules on this thread
 
     # Started first: a thread inherits its creator's filters, and the broker must not be under its own.
-    _thread.start_new_thread(run, ())
+    # With every signal blocked (it inherits the mask too): see unix_broker.start.
+    mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signal.valid_signals())
+    try:
+        _thread.start_new_thread(run, ())
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
     try:
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:  # bwrap sets it for the command anyway
             raise OSError(libc.errno(), "prctl(PR_SET_NO_NEW_PRIVS)")

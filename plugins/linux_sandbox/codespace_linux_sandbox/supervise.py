@@ -145,7 +145,7 @@ class _Forwarder:
             if group is not None:
                 posix.killpg(group, signum)
             elif self.reported or self.fallback_pid is None:
-                pass  # bwrap not started yet, or the sandbox has ended (and bwrap is about to)
+                pass  # bwrap could not be started, or the sandbox has ended (and bwrap is about to)
             elif self.leads_namespace:
                 # No sandbox yet: stop bwrap itself. As PID 1 of a namespace it ignores every
                 # signal it has no handler for but SIGKILL, which the helper reports as signum.
@@ -225,6 +225,11 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
     block_read, block_write = posix.pipe() if sandbox_ready is not None else (-1, -1)
     args_fd = posix.memfd_create("codespace-bwrap-args", 0)
     inherited = [info_write, args_fd, *pass_fds, *([block_read] if block_read >= 0 else [])]
+    # Held back until bwrap's pid is noted: a handler run before that (the helper losing its core
+    # right after the spawn) read bwrap's report of the sandbox's PID 1 with nothing to translate
+    # it from, signalled that number as a host process group and kept it (a Ctrl-C lost, seen in
+    # CI). Held back, a signal that came before the spawn stops bwrap instead of being dropped.
+    mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, FORWARDED)
     try:
         data = "\0".join(args_for(info_write, block_read)).encode("utf-8", "surrogateescape") + b"\0"
         view = memoryview(data)
@@ -247,12 +252,14 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
             identity.enter()
         try:
             pid = posix.posix_spawn(bwrap, [bwrap, "--args", str(args_fd), "--", *command], {}, setsid=own_session,
-                                    setsigdef=PYTHON_IGNORED, resetids=identity is not None)
+                                    setsigdef=PYTHON_IGNORED, setsigmask=mask, resetids=identity is not None)
         finally:
             if identity is not None:
                 identity.leave()
         forward.fallback_pid = pid
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
     except BaseException:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
         if block_write >= 0:
             posix.close(block_write)
         raise

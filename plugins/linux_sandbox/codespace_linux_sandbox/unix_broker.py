@@ -30,6 +30,7 @@ import os
 import select
 import socket
 import struct
+import signal
 import threading
 
 from . import broker_filter, unix_inside
@@ -79,7 +80,14 @@ def start(channel: int, rules: dict) -> threading.Thread:
             serve(listener, rules)
 
     thread = threading.Thread(target=run, daemon=True, name="codespace-unix-broker")
-    thread.start()
+    # Started with every signal blocked (a thread inherits its creator's mask), so the kernel hands
+    # the helper's signals to the main thread: one this thread took would trip Python's handler
+    # without interrupting the main thread's waitpid, and run it only when the command had ended.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return thread
 
 

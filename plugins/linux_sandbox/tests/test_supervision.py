@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -274,3 +275,82 @@ def test_stdin_and_stdout_pass_through(sandbox_env):
     proc = sandbox_env.popen(["/bin/cat"], stdin=subprocess.PIPE)
     out, _ = proc.communicate(b"hello through the sandbox\n", timeout=20)
     assert out == b"hello through the sandbox\n" and proc.returncode == 0
+
+
+_SIGNAL_BEFORE_BWRAP_IS_NOTED = r'''
+import os, signal, sys, time
+from codespace_linux_sandbox import supervise
+
+bwrap, ready = sys.argv[1], sys.argv[2]
+
+
+class DescheduledAfterSpawn:
+    """run_bwrap's identity hooks, used here to stand for a helper that loses its core right
+    after bwrap's spawn (a loaded machine): the command starts and a Ctrl-C arrives before the
+    helper has noted bwrap's pid."""
+    def enter(self):
+        pass
+
+    def leave(self):
+        deadline = time.monotonic() + 10
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(20):
+            time.sleep(0.005)  # the handler runs at one of these if the signal is not held back
+
+
+supervise.own_user_namespace()
+script = f"trap 'echo interrupted; exit 130' INT; : > {ready}; while :; do sleep 0.05; done"
+code, received = supervise.run_bwrap(
+    bwrap, lambda info_fd, block_fd: ["--unshare-pid", "--new-session", "--die-with-parent", "--dev-bind", "/", "/",
+                                      "--info-fd", str(info_fd)],
+    ["/bin/sh", "-c", script], [], lambda pid: None, identity=DescheduledAfterSpawn())
+print(code, received, flush=True)
+'''
+
+
+def test_a_signal_that_arrives_before_bwraps_pid_is_noted_still_reaches_the_command(tmp_path):
+    """Seen in CI once (test_interrupt_reaches_the_command hung): a handler that ran between
+    bwrap's spawn and the helper noting its pid read bwrap's report of the sandbox's PID 1 and,
+    with no pid to translate it from, signalled that number as a host process group (ESRCH, or
+    some unrelated group of the host) and kept it: the command never got its Ctrl-C. The forwarded
+    signals now wait until the pid is noted."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        pytest.skip("bubblewrap is not installed")
+    proc = subprocess.Popen([sys.executable, "-c", _SIGNAL_BEFORE_BWRAP_IS_NOTED, bwrap, str(tmp_path / "ready")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the command never got its interrupt: {out!r} {err!r}")
+    assert proc.returncode == 0, err
+    assert out.splitlines() == [b"interrupted", b"130 [2]"], (out, err)  # the command's trap, then the helper's report
+
+
+def _blocked_signals(pid: int, tid: str) -> int:
+    with open(f"/proc/{pid}/task/{tid}/status") as f:
+        return int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+
+
+def test_the_helpers_other_threads_leave_signals_to_its_main_thread(sandbox_env):
+    """The Unix-socket broker is a thread of the helper (network off). A signal the kernel handed
+    to it tripped Python's handler without interrupting the main thread's waitpid, so the handler
+    (a Ctrl-C to forward, the parent-death deadline's SIGALRM) ran only once the command had ended
+    by itself. Every thread but the main one blocks them all."""
+    proc = sandbox_env.popen(["/bin/sh", "-c", "echo ready; exec sleep 30"])
+    try:
+        _wait_for(proc, b"ready")
+        others = [tid for tid in os.listdir(f"/proc/{proc.pid}/task") if int(tid) != proc.pid]
+        assert others, "the broker's thread was expected (the network is off)"
+        for tid in others:
+            blocked = _blocked_signals(proc.pid, tid)
+            for signum in (*supervise.FORWARDED, signal.SIGALRM):
+                assert blocked & (1 << (signum - 1)), (tid, signal.Signals(signum).name, hex(blocked))
+        assert not _blocked_signals(proc.pid, str(proc.pid)) & (1 << (signal.SIGINT - 1))
+    finally:
+        kill_session(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=20)
