@@ -17,7 +17,9 @@ the spawn. Variants:
 - ``helper-ww``: the helper, bubblewrap engine, CodeSpace's default policy (workspace writable,
   protected names masked)
 - ``helper-ll``: the helper, Landlock engine, default policy
-- ``launch-ro`` / ``launch-ww`` / ``launch-ll``: the same three through the fast path,
+- ``helper-ww0``: ``helper-ww`` without the process limit (``[sandbox] max_processes = 0``), which
+  costs bwrap a wait for the helper's ``prlimit`` before the command starts
+- ``launch-ro`` / ``launch-ww`` / ``launch-ll`` / ``launch-ww0``: the same four through the fast path,
   ``LinuxSandbox.launch_now`` (what ``launch`` runs): handshake and seccomp program built
   per call, the warm helper forks the per-command helper, ``waitpid`` on it (it is our child)
 """
@@ -75,7 +77,7 @@ def _spawn_wait(argv: list[str], env: dict[str, str], payloads: dict[str, bytes]
     return took
 
 
-def _helper_variant(base: Path, name: str, policy: str, engine: str):
+def _helper_variant(base: Path, name: str, policy: str, engine: str, max_processes: int = 4096):
     ws = base / name
     ws.mkdir()
     (ws / ".git").mkdir()
@@ -83,7 +85,7 @@ def _helper_variant(base: Path, name: str, policy: str, engine: str):
     policy_path.write_text(policy + f'\n[sandbox]\nengine = "{engine}"\n')
     workspace = Workspace.open(ws, policy_path=policy_path, state_dir=base / f"{name}-state")
     workspace.ensure_state_dir()
-    sandbox = LinuxSandbox(engine, workspace.state_dir)
+    sandbox = LinuxSandbox(engine, workspace.state_dir, max_processes=max_processes)
     command = CommandSpec(argv=["/bin/true"], cwd=str(ws), env={"PATH": "/usr/bin:/bin"})
     layout = layout_for(workspace)
     spec = sandbox.wrap(command, layout)
@@ -118,9 +120,10 @@ def main() -> int:
         # the interpreter floor of any per-command Python helper
         "python": lambda: _spawn_wait([interpreter(), "-I", "-S", "-c", "import posix; posix._exit(0)"], {}),
     }
-    for name, policy, engine in (("ro", '[filesystem.paths]\n"." = "read"\n', "bubblewrap"), ("ww", "", "bubblewrap"),
-                                 ("ll", "", "landlock")):
-        variants[f"helper-{name}"], variants[f"launch-{name}"] = _helper_variant(base, name, policy, engine)
+    for name, policy, engine, limit in (("ro", '[filesystem.paths]\n"." = "read"\n', "bubblewrap", 4096),
+                                        ("ww", "", "bubblewrap", 4096), ("ll", "", "landlock", 4096),
+                                        ("ww0", "", "bubblewrap", 0)):
+        variants[f"helper-{name}"], variants[f"launch-{name}"] = _helper_variant(base, name, policy, engine, limit)
     if os.access(args.codex, os.X_OK):
         codex_ww = base / "codex-ww"
         codex_ww.mkdir()

@@ -174,6 +174,12 @@ class SandboxPolicy(_Strict):
     user runs its commands as that user). 65534 (``nobody``) owns nothing by convention."""
     run_as_gid: int = Field(default=65534, ge=1, le=4294967294)
     """Host gid that goes with ``run_as_uid``."""
+    max_processes: int = Field(default=4096, ge=0, le=4_194_304)
+    """Most processes and threads one sandboxed command may have at a time (its own, counted in
+    the sandbox's private user namespace: other commands and the host's processes do not count);
+    past it fork and thread creation fail with EAGAIN, so a fork bomb ends the command, not the
+    host. 0: no limit. Enforced by engines that give each command its own user namespace
+    (bubblewrap); an engine that cannot says so in ``cannot_enforce``."""
 
 
 class Limits(_Strict):

@@ -156,6 +156,8 @@ class LinuxSandbox:
     """The workspace root: its owner decides who commands run as when the server is root."""
     run_as_uid: int = 65534
     run_as_gid: int = 65534
+    max_processes: int = 4096
+    """[sandbox] max_processes (0: none)."""
     allow_unix_sockets: tuple[str, ...] = ()
     """network.allow_unix_sockets: reached through the helper's connect broker (:mod:`.unix_broker`)."""
     _run_dir: str | None = field(default=None, init=False)
@@ -165,7 +167,7 @@ class LinuxSandbox:
     def for_workspace(cls, workspace: Any) -> LinuxSandbox:
         sandbox = workspace.policy.sandbox
         return cls(preference=sandbox.engine, state_dir=workspace.state_dir, root=Path(workspace.root),
-                   run_as_uid=sandbox.run_as_uid, run_as_gid=sandbox.run_as_gid,
+                   run_as_uid=sandbox.run_as_uid, run_as_gid=sandbox.run_as_gid, max_processes=sandbox.max_processes,
                    allow_unix_sockets=tuple(workspace.policy.network.allow_unix_sockets),
                    network=workspace.policy.network)
 
@@ -202,6 +204,7 @@ class LinuxSandbox:
                                             pid_namespace=may_make_pid_namespaces(),
                                             unix_sockets=self.allow_unix_sockets,
                                             walk_cut=self._protected.truncated(),
+                                            max_processes=self.max_processes,
                                             protected_by_mounts=run_as.mounts_possible(identity),
                                             read_only_view=bool(identity and identity.idmap)),
                             *run_as.cannot_enforce(identity, self.root, choice.engine)]
@@ -278,6 +281,7 @@ class LinuxSandbox:
                 landlock_abi=landlock_abi(),
                 runtime=runtime_paths(),
                 run_as=self.run_as(),
+                max_processes=self.max_processes or None,
             ),
         )
 

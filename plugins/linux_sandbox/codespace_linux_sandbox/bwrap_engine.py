@@ -32,6 +32,9 @@ def run_in_helper(hs: dict, seccomp_fd: int | None, *, hardened: bool, userns_fd
     run_as = hs["options"].get("run_as")
     if run_as is not None:
         hs = drop_unreachable(hs, run_as)
+    max_processes = hs["options"].get("max_processes")
+    if max_processes is not None and not 1 <= max_processes <= 1 << 62:
+        return fail(f"handshake field 'options.max_processes' must be a positive count of processes, not {max_processes}")
     route = hs["policy"].get("proxy") if hs["policy"]["network"] == "proxy" else None
     try:
         # Before the walk for missing names: see placeholders.py (what it finds stays until the end).
@@ -64,6 +67,7 @@ def run_in_helper(hs: dict, seccomp_fd: int | None, *, hardened: bool, userns_fd
             code, received = supervise.run_bwrap(
                 bwrap, args_for, command, pass_fds, hardening,
                 sandbox_ready=open_proxy_listener if route is not None else None, identity=identity,
+                max_processes=max_processes,
                 own_session=not plan.terminal)  # a terminal's command keeps it as controlling tty
     except (supervise.SandboxSetupError, IdentityError) as exc:
         return fail(str(exc))

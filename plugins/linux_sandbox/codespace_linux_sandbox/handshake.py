@@ -45,6 +45,7 @@ SCHEMA: dict[str, tuple[str, bool, tuple[str, ...] | None]] = {
     "options.landlock_abi": (_INT, False, None),
     "options.runtime": (_STRS, False, None),
     "options.run_as": ("an object or null", False, None),
+    "options.max_processes": (_INT, False, None),
 }
 
 

@@ -42,6 +42,13 @@ import posix
 
 from . import libc
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs time on every command
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    T = TypeVar("T")
+
 
 class IdentityError(Exception):
     """The command's identity or its view of the host cannot be set up (nothing ran)."""
@@ -193,6 +200,9 @@ class BwrapIdentity:
         posix.setresgid(self.gid, 0, 0)
         posix.setresuid(self.uid, 0, 0)
 
+    def with_real_ids(self, call: "Callable[[], T]") -> "T":
+        return with_real_ids(self.uid, self.gid, call)
+
     def leave(self) -> None:
         posix.setresuid(0, 0, 0)
         posix.setresgid(0, 0, 0)
@@ -207,6 +217,22 @@ class BwrapIdentity:
             self._cwd = -1
 
 
+def with_real_ids(uid: int, gid: int, call: "Callable[[], T]") -> "T":
+    """``call()`` in the helper (root) with real ids ``uid``/``gid`` and no supplementary groups,
+    effective ids still 0: what ``access`` checks, and what lets it ``prlimit`` a process of
+    ``uid`` without CAP_SYS_RESOURCE (which a root server in a container may lack)."""
+    groups = posix.getgroups()
+    posix.setgroups([])
+    posix.setresgid(gid, 0, 0)
+    posix.setresuid(uid, 0, 0)
+    try:
+        return call()
+    finally:
+        posix.setresuid(0, 0, 0)
+        posix.setresgid(0, 0, 0)
+        posix.setgroups(groups)
+
+
 def drop_unreachable(hs: dict, run_as: dict) -> dict:
     """``hs`` without the deny-read masks ``run_as`` could not reach anyway (below a directory it
     may not search, such as /root of a workspace owner's command): bwrap, running as
@@ -215,16 +241,8 @@ def drop_unreachable(hs: dict, run_as: dict) -> dict:
     deny = hs["policy"]["deny_read"]
     if not deny or run_as.get("idmap"):
         return hs  # idmap: root's directories are the command's, every mask is reachable
-    groups = posix.getgroups()
-    posix.setgroups([])
-    posix.setresgid(run_as["gid"], 0, 0)
-    posix.setresuid(run_as["uid"], 0, 0)
-    try:
-        kept = [path for path in deny if posix.access(path.rsplit("/", 1)[0] or "/", posix.X_OK)]
-    finally:
-        posix.setresuid(0, 0, 0)
-        posix.setresgid(0, 0, 0)
-        posix.setgroups(groups)
+    kept = with_real_ids(run_as["uid"], run_as["gid"], lambda: [
+        path for path in deny if posix.access(path.rsplit("/", 1)[0] or "/", posix.X_OK)])
     if len(kept) == len(deny):
         return hs
     return {**hs, "policy": {**hs["policy"], "deny_read": kept}}

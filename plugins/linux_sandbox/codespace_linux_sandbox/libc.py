@@ -11,6 +11,7 @@ The Landlock engine, which builds structs, uses full ``ctypes`` instead.
 
 import _ctypes
 import posix
+import sys
 
 PR_SET_PDEATHSIG = 1
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
@@ -28,6 +29,7 @@ MOUNT_ATTR_RDONLY, MOUNT_ATTR_IDMAP = 0x00000001, 0x00100000
 SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442  # the same numbers on x86_64 and aarch64
 NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1)
 SIGCHLD = 17
+RLIMIT_NPROC = 6
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 
 
@@ -62,11 +64,19 @@ unshare = _Function(("unshare", _Process))
 ioctl = _Function(("ioctl", _Process))
 mount = _Function(("mount", _Process))
 syscall = _Function(("syscall", _Process))
+prlimit = _Function(("prlimit", _Process))
 _syscall = _HoldingTheGil(("syscall", _Process))
 
 
 def errno() -> int:
     return _ctypes.get_errno()
+
+
+def limit_processes(pid: int, count: int) -> None:
+    """RLIMIT_NPROC of ``pid``, soft and hard, to ``count`` (what it forks inherits it)."""
+    value = count.to_bytes(8, sys.byteorder)  # struct rlimit: rlim_cur, rlim_max (64-bit)
+    if prlimit(pid, RLIMIT_NPROC, value + value, None) != 0:
+        raise OSError(errno(), f"prlimit(RLIMIT_NPROC) failed: {posix.strerror(errno())}")
 
 
 def clone_parent() -> int:

@@ -72,6 +72,13 @@ def _common(unix_sockets: tuple[str, ...], walk_cut: list[str]) -> list[str]:
     return out
 
 
+# RLIMIT_NPROC counts a uid's processes per user namespace, and a Landlock command has none of
+# its own: a limit would count every process of its uid on the host (or none, for host root).
+LANDLOCK_NO_PROCESS_LIMIT = (
+    "[sandbox] max_processes ({}): not enforced by the Landlock engine (no user namespace of the command's own to "
+    "count its processes in): a command can fork until the host's limits stop it")
+
+
 # Landlock has no right for these; a root server's commands see the host through a read-only
 # idmapped view instead (identity.py), which keeps them from every file outside the writable roots.
 LANDLOCK_METADATA = (
@@ -81,9 +88,10 @@ LANDLOCK_METADATA = (
 
 def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid_namespace: bool = True,
                    unix_sockets: tuple[str, ...] = (), walk_cut: list[str] = (),
-                   protected_by_mounts: bool = False, read_only_view: bool = False) -> list[str]:
+                   protected_by_mounts: bool = False, read_only_view: bool = False, max_processes: int = 0) -> list[str]:
     """``protected_by_mounts``: the Landlock engine's helpers are root with CAP_SYS_ADMIN;
-    ``read_only_view``: commands see the host through the read-only idmapped view."""
+    ``read_only_view``: commands see the host through the read-only idmapped view;
+    ``max_processes``: [sandbox] max_processes (0: none asked for)."""
     if engine == "bubblewrap":
         out = [*BUBBLEWRAP, *_common(unix_sockets, walk_cut)]
         if not mount_proc:
@@ -94,6 +102,8 @@ def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid
     out = [*LANDLOCK, *_common(unix_sockets, walk_cut)]
     if not read_only_view:
         out.append(LANDLOCK_METADATA)
+    if max_processes:
+        out.append(LANDLOCK_NO_PROCESS_LIMIT.format(max_processes))
     if protected_by_mounts:
         out[out.index(LANDLOCK_SPLIT)] = LANDLOCK_SPLIT_BY_DENY_READ
     if abi is not None and abi >= 4:

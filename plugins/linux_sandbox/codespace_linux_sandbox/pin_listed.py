@@ -78,6 +78,8 @@ SYSTEM_SECRETS = ("CodeSpace's default policy hides the system's secrets (/etc/s
 MORE_NAMES = "CodeSpace's default protected names (filesystem.protected) are more than upstream's .git .agents .codex .aws"
 NO_INNER = "without an inner stage, bwrap sets the command's directory, environment and seccomp filter itself"
 INFO_FD = "the helper reads the sandbox's PID 1 from --info-fd to forward signals to its group"
+PROCESS_LIMIT = ("bwrap waits on --block-fd until the helper has set the command's process limit ([sandbox] "
+                 "max_processes) on the sandbox's PID 1; upstream sets no limit")
 NEVER_ROOT = ("the command is never host root: ids 0 inside map to an unprivileged host uid, and /proc/sys is "
               "bound read-only")
 
@@ -106,6 +108,7 @@ ARGV_DIFFERENCES: list[tuple[str, str, str]] = [
     ("--setenv *", "ours only", NO_INNER),
     ("--seccomp <fd>", "ours only", NO_INNER),
     ("--info-fd <fd>", "ours only", INFO_FD),
+    ("--block-fd <fd>", "ours only", PROCESS_LIMIT),
     ("--ro-bind /proc/sys /proc/sys", "ours only", NEVER_ROOT),
     ("--uid 0", "ours only", NEVER_ROOT),
     ("--gid 0", "ours only", NEVER_ROOT),

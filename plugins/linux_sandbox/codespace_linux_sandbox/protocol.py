@@ -100,6 +100,11 @@ class Options(_Model):
         default=None,
         description="Set (and required) when the server runs as root: the unprivileged ids the command runs as.",
     )
+    max_processes: int | None = Field(
+        default=None, ge=1,
+        description="RLIMIT_NPROC of the command, set inside its own user namespace (bubblewrap engine): the "
+        "most processes and threads it may have at a time. None: no limit.",
+    )
 
 
 class Handshake(_Model):

@@ -212,7 +212,7 @@ def own_user_namespace() -> bool:
 def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: list[str], pass_fds: list[int],
               after_spawn: "Callable[[int], None]",
               sandbox_ready: "Callable[[int], None] | None" = None, own_session: bool = True,
-              identity: "BwrapIdentity | None" = None) -> tuple[int, list[int]]:
+              identity: "BwrapIdentity | None" = None, max_processes: int | None = None) -> tuple[int, list[int]]:
     """Run bwrap with ``args_for(info_fd, block_fd)`` (handed over through a memfd, so the command's
     environment never shows in /proc/<pid>/cmdline) and call ``after_spawn(pid)`` while bwrap sets
     the sandbox up on another core; returns (exit code, signals forwarded).
@@ -220,9 +220,17 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
     With ``sandbox_ready``, bwrap waits on ``--block-fd`` once the sandbox is built and before the
     command runs, and ``sandbox_ready(pid of the sandbox's PID 1)`` finishes it from outside first
     (the proxy listener in its network namespace); if that fails, the sandbox is killed and
-    :class:`SandboxSetupError` raised."""
+    :class:`SandboxSetupError` raised.
+
+    ``max_processes``: the sandbox's PID 1 gets it as RLIMIT_NPROC at that point too, before it
+    starts the command, so the command and all it starts inherit it. The kernel counts a uid's
+    processes per user namespace and checks each level's own limit, and the sandbox's user
+    namespace is the command's alone: only its processes count, not the host's processes of the
+    same uid or other commands'. Set in the helper before bwrap instead, the limit would also be
+    the cap of the level above (the new namespace takes its creator's), where a root server's
+    ``run_as`` uid counts every process it has on the host."""
     info_read, info_write = posix.pipe()
-    block_read, block_write = posix.pipe() if sandbox_ready is not None else (-1, -1)
+    block_read, block_write = posix.pipe() if sandbox_ready is not None or max_processes else (-1, -1)
     args_fd = posix.memfd_create("codespace-bwrap-args", 0)
     inherited = [info_write, args_fd, *pass_fds, *([block_read] if block_read >= 0 else [])]
     # Held back until bwrap's pid is noted: a handler run before that (the helper losing its core
@@ -268,7 +276,7 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
             posix.close(fd)
     after_spawn(pid)
     failure = None
-    if sandbox_ready is not None:
+    if block_write >= 0:
         # Signals wait while the info is read here, or a handler would read it concurrently.
         _signal.pthread_sigmask(_signal.SIG_BLOCK, FORWARDED)
         try:
@@ -276,7 +284,16 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
             if group is None:
                 failure = "bubblewrap did not report the sandbox's process"
             else:
-                sandbox_ready(group)
+                if max_processes:
+                    def limit() -> None:
+                        libc.limit_processes(group, max_processes)
+                    try:
+                        # A root helper may lack CAP_SYS_RESOURCE; the command's ids let it all the same.
+                        limit() if identity is None else identity.with_real_ids(limit)
+                    except OSError as exc:
+                        raise OSError(f"cannot limit the command's processes: {exc.strerror}") from None
+                if sandbox_ready is not None:
+                    sandbox_ready(group)
                 posix.write(block_write, b"x")
         except Exception as exc:  # noqa: BLE001 - reported as the helper's own failure
             failure = str(exc)

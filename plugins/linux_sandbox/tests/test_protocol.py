@@ -110,6 +110,8 @@ def test_missing_field_is_named(field):
     ("engine", "chroot", "expected one of bubblewrap, landlock"),
     ("command__env", {"A": 1}, "must be an object of strings"),
     ("options__seccomp", "proxy", "expected one of restricted, proxy_routed, proxy_tcp"),
+    ("options__max_processes", "many", "must be an integer"),
+    ("options__max_processes", -5, "must be a positive count of processes, not -5"),
 ])
 def test_malformed_field_is_named(field, value, words):
     code, err = run_helper(_with(**{field: value}))
