@@ -205,3 +205,22 @@ async def test_tty_session_in_the_sandbox(make_app, base, engine, mode):
                                                      "yield_ms": 5000})
         assert "interrupted" in done["output"] and done["exit_code"] == 130, done
     assert os.path.isdir(base / "ws")
+
+
+async def test_the_policy_limits_a_commands_processes(make_app, ws, engine, mode):
+    """[sandbox] max_processes from the policy file reaches the helper (bubblewrap), or is named
+    in cannot_enforce (Landlock)."""
+    from test_process_limit import FORKS
+
+    (ws / ".git").mkdir(exist_ok=True)
+    app = make_app(f'[sandbox]\nengine = "{engine}"\nmax_processes = 40\n')
+    async with connect(app, mode=mode) as client:
+        info = await call_ok(client, "workspace_info")
+        named = [line for line in info["sandbox"]["cannot_enforce"] if "max_processes (40)" in line]
+        if engine == "landlock":
+            assert named, info["sandbox"]["cannot_enforce"]
+            return
+        assert not named
+        out = await call_ok(client, "exec", {"command": [interpreter(), "-I", "-S", "-c", FORKS]})
+        assert "refused 11" in out["output"], out
+        assert int(out["output"].split("forked ", 1)[1].split()[0]) < 40, out
