@@ -119,6 +119,9 @@ def test_metadata_of_files_outside_the_writable_roots_stays(sandbox_env):
     commands own every root-owned file through the id mapping: a command made a root-owned 0600
     file outside the writable roots 0666 (say /etc/passwd). The view outside them is read-only."""
     env = sandbox_env
+    if env.sandbox.preference == "landlock" and os.geteuid() != 0:
+        pytest.skip("an unprivileged server's Landlock commands may change their own files' metadata: "
+                    "named in cannot_enforce (LANDLOCK_METADATA, next test)")
     target = env.outside / "target"
     target.write_text("root only\n")
     os.chmod(target, 0o600)
