@@ -163,6 +163,12 @@ def abi() -> int:
                                ctypes.c_uint32(CREATE_RULESET_VERSION)), "landlock_create_ruleset(VERSION)")
 
 
+def abi_for(hs: dict) -> int:
+    """The ABI a command's ruleset is made for: the kernel's, or the server's probe if lower."""
+    given = hs["options"].get("landlock_abi")
+    return abi() if given is None else min(given, abi())
+
+
 def create_ruleset(rules: list[tuple[str, str]], abi_version: int, *, restrict_network: bool,
                    connect_ports: list[int] = ()) -> int:
     """A ruleset fd holding ``rules`` (restricted later, in the child, by :func:`restrict_self`);
@@ -178,23 +184,7 @@ def create_ruleset(rules: list[tuple[str, str]], abi_version: int, *, restrict_n
     fd = sc.check(sc.syscall(ctypes.c_long(SYS_CREATE_RULESET), buf, ctypes.c_size_t(size), ctypes.c_uint32(0)),
                   "landlock_create_ruleset")
     try:
-        for path, kind in rules:
-            try:
-                target = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                allowed = rights(kind, abi_version) & handled
-                if not stat.S_ISDIR(os.fstat(target).st_mode):
-                    allowed &= FILE_RIGHTS
-                if not allowed:
-                    continue
-                beneath = ctypes.create_string_buffer(allowed.to_bytes(8, "little") + target.to_bytes(4, "little",
-                                                                                                       signed=True), 12)
-                sc.check(sc.syscall(ctypes.c_long(SYS_ADD_RULE), ctypes.c_int(fd), ctypes.c_int(RULE_PATH_BENEATH),
-                                    beneath, ctypes.c_uint32(0)), f"landlock_add_rule({path})")
-            finally:
-                os.close(target)
+        add_path_rules(fd, rules, abi_version)
         for port in connect_ports if net else ():
             attr = ctypes.create_string_buffer(NET_CONNECT_TCP.to_bytes(8, "little") + port.to_bytes(8, "little"), 16)
             sc.check(sc.syscall(ctypes.c_long(SYS_ADD_RULE), ctypes.c_int(fd), ctypes.c_int(RULE_NET_PORT),
@@ -203,6 +193,30 @@ def create_ruleset(rules: list[tuple[str, str]], abi_version: int, *, restrict_n
         os.close(fd)
         raise
     return fd
+
+
+def add_path_rules(ruleset_fd: int, rules: list[tuple[str, str]], abi_version: int) -> None:
+    """Add ``rules`` to the ruleset (until it is restricted). A rule holds the inode its path
+    leads to now: one for a mount point made later must be added after the mount."""
+    sc = _Syscalls()
+    handled = handled_fs(abi_version)
+    for path, kind in rules:
+        try:
+            target = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            allowed = rights(kind, abi_version) & handled
+            if not stat.S_ISDIR(os.fstat(target).st_mode):
+                allowed &= FILE_RIGHTS
+            if not allowed:
+                continue
+            beneath = ctypes.create_string_buffer(allowed.to_bytes(8, "little") + target.to_bytes(4, "little",
+                                                                                                   signed=True), 12)
+            sc.check(sc.syscall(ctypes.c_long(SYS_ADD_RULE), ctypes.c_int(ruleset_fd), ctypes.c_int(RULE_PATH_BENEATH),
+                                beneath, ctypes.c_uint32(0)), f"landlock_add_rule({path})")
+        finally:
+            os.close(target)
 
 
 def restrict_self(ruleset_fd: int) -> None:

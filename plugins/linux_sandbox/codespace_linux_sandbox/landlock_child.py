@@ -114,7 +114,8 @@ def confine_and_exec(hs: dict, ruleset_fd: int, program: bytes | None, parent: i
         if idmap:
             identity.enter_idmapped_view(userns, [*hs["policy"]["writable"], env["TMPDIR"]])
         if mounts is not None:
-            landlock_mounts.apply(*mounts, new_namespace=not idmap)
+            private = landlock_mounts.apply(*mounts, new_namespace=not idmap)
+            landlock.add_path_rules(ruleset_fd, [(path, "w") for path in private], landlock.abi_for(hs))
         os.chdir(hs["command"]["cwd"])
         drop_capabilities(lib, run_as)
         if run_as is not None:

@@ -49,9 +49,8 @@ def run_in_helper(hs: dict, seccomp_fd: int | None, *, hardened: bool, userns_fd
     ``hardened``: this process already is (forked by the warm helper)."""
     if not hardened and (code := harden_or_fail()):
         return code
-    abi = hs["options"].get("landlock_abi")
     try:
-        abi = landlock.abi() if abi is None else min(abi, landlock.abi())
+        abi = landlock.abi_for(hs)
     except landlock.LandlockError as exc:
         return fail(f"Landlock is unavailable: {exc}")
     program = None

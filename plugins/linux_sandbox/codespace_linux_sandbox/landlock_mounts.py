@@ -3,6 +3,9 @@
 Runs in the per-command helper (:func:`plan`, :func:`usable`) and in the command's child
 (:func:`apply`, before it drops its ids).
 
+The same namespace gives the command a private ``/dev/shm`` (:data:`SHM`), which the Landlock
+ruleset then grants whole; a command without one cannot write the host's.
+
 Landlock can only grant, so on its own it keeps a protected name inside a writable root
 read-only by *splitting* the root (:mod:`.landlock`): the root's own directory then gets no
 right to create, rename or remove entries, and a command cannot even write ``f.txt`` at the
@@ -30,6 +33,12 @@ from .bwrap_argv import _is_dir, _owning_root, _walk_below
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND = 1, 2, 4, 4096
 MOUNT_ATTR_RDONLY = 1
+# POSIX shared memory and named semaphores (shm_open, sem_open: Python's multiprocessing locks)
+# live here. The host's is shared by every process, so Landlock grants no right on it; in the
+# command's own mount namespace it gets a private one instead, as under bubblewrap.
+SHM = "/dev/shm"
+
+
 
 
 def usable(run_as: dict | None) -> bool:
@@ -72,14 +81,20 @@ def _read_only(path: bytes) -> None:
         _fail(f"making {path.decode(errors='replace')} read-only")
 
 
-def apply(binds: list[str], missing: list[str], *, new_namespace: bool) -> None:
+def apply(binds: list[str], missing: list[str], *, new_namespace: bool) -> list[str]:
     """In the child, as root: mount over the protected names (shallowest first, so a deeper
-    one lands on top). ``new_namespace``: not yet in a private mount namespace."""
+    one lands on top), and a private /dev/shm. ``new_namespace``: not yet in a private mount
+    namespace. Returns the new writable mounts, for rules of their own (the ruleset's rules hold
+    the inodes that were there before)."""
     if new_namespace:
         if libc.unshare(libc.CLONE_NEWNS) != 0:
             _fail("unshare(CLONE_NEWNS)")
         if libc.mount(b"none", b"/", None, libc.MS_REC | libc.MS_PRIVATE, None) != 0:
             _fail("making the mounts private")
+    private = [SHM] if _is_dir(SHM) else []
+    for path in private:
+        if libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0:
+            _fail(f"mounting a private {path}")
     covered = set(missing)
     for path in sorted({*binds, *missing}, key=lambda p: p.count("/")):
         raw = path.encode("utf-8", "surrogateescape")
@@ -90,3 +105,4 @@ def apply(binds: list[str], missing: list[str], *, new_namespace: bool) -> None:
         if libc.mount(raw, raw, None, MS_BIND | libc.MS_REC, None) != 0:
             _fail(f"binding the protected path {path}")
         _read_only(raw)
+    return private

@@ -79,6 +79,13 @@ LANDLOCK_NO_PROCESS_LIMIT = (
     "count its processes in): a command can fork until the host's limits stop it")
 
 
+# Without a mount namespace of its own (landlock_mounts: a root server with CAP_SYS_ADMIN) the
+# command could only share the host's /dev/shm, which would be a channel between commands.
+LANDLOCK_NO_SHM = (
+    "/dev/shm is not writable (no private one without a mount namespace): POSIX shared memory and named "
+    "semaphores fail (shm_open, sem_open; Python's multiprocessing locks and queues)")
+
+
 # Landlock has no right for these; a root server's commands see the host through a read-only
 # idmapped view instead (identity.py), which keeps them from every file outside the writable roots.
 LANDLOCK_METADATA = (
@@ -104,6 +111,8 @@ def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid
         out.append(LANDLOCK_METADATA)
     if max_processes:
         out.append(LANDLOCK_NO_PROCESS_LIMIT.format(max_processes))
+    if not protected_by_mounts:
+        out.append(LANDLOCK_NO_SHM)
     if protected_by_mounts:
         out[out.index(LANDLOCK_SPLIT)] = LANDLOCK_SPLIT_BY_DENY_READ
     if abi is not None and abi >= 4:
