@@ -285,13 +285,7 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
                 failure = "bubblewrap did not report the sandbox's process"
             else:
                 if max_processes:
-                    def limit() -> None:
-                        libc.limit_processes(group, max_processes)
-                    try:
-                        # A root helper may lack CAP_SYS_RESOURCE; the command's ids let it all the same.
-                        limit() if identity is None else identity.with_real_ids(limit)
-                    except OSError as exc:
-                        raise OSError(f"cannot limit the command's processes: {exc.strerror}") from None
+                    _limit_processes(group, max_processes, identity)
                 if sandbox_ready is not None:
                     sandbox_ready(group)
                 posix.write(block_write, b"x")
@@ -313,6 +307,18 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
     if code == -_signal.SIGKILL and forward.killed_for is not None:
         code = -forward.killed_for
     return code, forward.received
+
+
+def _limit_processes(pid: int, count: int, identity: "BwrapIdentity | None") -> None:
+    """RLIMIT_NPROC of the sandbox's PID 1 (see :func:`run_bwrap`). A root helper may lack
+    CAP_SYS_RESOURCE (a container's root); the command's ids, as real ids, let it all the same."""
+    def limit() -> None:
+        libc.limit_processes(pid, count)
+
+    try:
+        limit() if identity is None else identity.with_real_ids(limit)
+    except OSError as exc:
+        raise SandboxSetupError(f"cannot limit the command's processes: {exc.strerror}") from None
 
 
 def host_pid(parent: int, inner: int) -> int | None:
