@@ -4,7 +4,7 @@ no mask is asked for), both through the per-command helper and the fast path.
 
     python benchmarks/mask_bench.py [--rounds 40]     # as a user other than root; BENCH_DIR=DIR
 
-Since the helper leaves out masks its uid could not open anyway (identity.drop_unreadable), the
+Since the helper leaves out masks its uid could not open anyway (bwrap_argv.masked_deny_paths), the
 two should be equal; before, the default paid a bwrap mount per secret.
 """
 

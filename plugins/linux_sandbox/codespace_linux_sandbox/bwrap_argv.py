@@ -143,6 +143,27 @@ def runtime_under(private: list[str], runtime, policy: dict, writable: list[str]
     ]
 
 
+def masked_deny_paths(deny_read: list[str], *, own_uid: bool) -> list[tuple[str, int]]:
+    """(path, file type) of each deny-read path that gets a mask: it exists, and the sandbox does
+    not replace it (/proc, /dev). ``own_uid``: the helper is not root, so the command runs as its
+    uid with no capability over the host's files, and a path that uid can neither read nor search
+    (``/etc/shadow`` for most users) hides nothing behind a mask: it gets none (each costs bwrap
+    a mount; the five system secrets cost such a server's commands 1.7-1.9 ms). ``access`` checks
+    the real ids and, for a uid other than 0, no capabilities: the command's view."""
+    masked = []
+    for path in deny_read:
+        if any(_inside(path, replaced) for replaced in REPLACED):
+            continue
+        try:
+            mode = posix.stat(path).st_mode & S_IFMT
+        except OSError:
+            continue  # nothing there to hide
+        if own_uid and not (posix.access(path, posix.R_OK) or posix.access(path, posix.X_OK)):
+            continue
+        masked.append((path, mode))
+    return masked
+
+
 def build(handshake: dict) -> Plan:
     policy, command, options = handshake["policy"], handshake["command"], handshake["options"]
     check_links(policy)
@@ -191,13 +212,7 @@ def build(handshake: dict) -> Plan:
             plan.placeholders.append(missing)
             ops.append((_depth(missing), 2, ["--perms", "0555", "--tmpfs", missing]))
 
-    for path in policy["deny_read"]:
-        if any(_inside(path, replaced) for replaced in REPLACED):
-            continue
-        try:
-            mode = posix.stat(path).st_mode & S_IFMT
-        except OSError:
-            continue  # nothing there to hide
+    for path, mode in masked_deny_paths(policy["deny_read"], own_uid=options.get("run_as") is None):
         if mode == S_IFDIR:
             # Roots the policy opens inside a hidden directory (the workspace, toolchains under
             # a hidden home) stay reachable: the mask lets a command pass through, and readable

@@ -18,7 +18,7 @@ from . import bwrap_argv, supervise
 from .bwrap_argv import SetupError
 from .core_hardening import harden
 from .failure import fail
-from .identity import BwrapIdentity, IdentityError, drop_unreachable, drop_unreadable
+from .identity import BwrapIdentity, IdentityError, drop_unreachable
 from .placeholders import Placeholders, hold
 
 
@@ -30,7 +30,8 @@ def run_in_helper(hs: dict, seccomp_fd: int | None, *, hardened: bool, userns_fd
     if not bwrap:
         return fail("handshake field 'options.bwrap' is required by the bubblewrap engine")
     run_as = hs["options"].get("run_as")
-    hs = drop_unreachable(hs, run_as) if run_as is not None else drop_unreadable(hs)
+    if run_as is not None:
+        hs = drop_unreachable(hs, run_as)
     max_processes = hs["options"].get("max_processes")
     if max_processes is not None and not 1 <= max_processes <= 1 << 62:
         return fail(f"handshake field 'options.max_processes' must be a positive count of processes, not {max_processes}")

@@ -233,28 +233,6 @@ def with_real_ids(uid: int, gid: int, call: "Callable[[], T]") -> "T":
         posix.setgroups(groups)
 
 
-def drop_unreadable(hs: dict) -> dict:
-    """A helper that is not root runs the command as its own uid, with no capability over the
-    host's files: ``hs`` without the deny-read masks over existing paths that uid can neither read
-    nor search (``/etc/shadow`` for most users). The command could not open them anyway, and each
-    mask costs bwrap a mount (the five system secrets cost an unprivileged server's commands about
-    2 ms). ``access`` checks the real ids and, for a uid other than 0, no capabilities: the
-    command's view. A path that does not exist, or whose link leads nowhere, keeps its entry."""
-    deny = hs["policy"]["deny_read"]
-    kept = [path for path in deny if _may_open(path)]
-    if len(kept) == len(deny):
-        return hs
-    return {**hs, "policy": {**hs["policy"], "deny_read": kept}}
-
-
-def _may_open(path: str) -> bool:
-    try:
-        posix.stat(path)
-    except OSError:
-        return True  # missing (or out of reach): not this function's decision
-    return posix.access(path, posix.R_OK) or posix.access(path, posix.X_OK)
-
-
 def drop_unreachable(hs: dict, run_as: dict) -> dict:
     """``hs`` without the deny-read masks ``run_as`` could not reach anyway (below a directory it
     may not search, such as /root of a workspace owner's command): bwrap, running as

@@ -14,9 +14,9 @@ from conftest import require_engine
 NOBODY = 65534
 
 
-def _as_nobody(hs: dict) -> list[str]:
-    """drop_unreadable(hs)'s deny_read, computed in a child that has become uid/gid 65534."""
-    from codespace_linux_sandbox.identity import drop_unreadable
+def _as_nobody(deny: list[str]) -> list[str]:
+    """The deny-read paths that get a mask, computed in a child that has become uid/gid 65534."""
+    from codespace_linux_sandbox.bwrap_argv import masked_deny_paths
 
     r, w = os.pipe()
     pid = os.fork()
@@ -26,7 +26,7 @@ def _as_nobody(hs: dict) -> list[str]:
             os.setgroups([])
             os.setresgid(NOBODY, NOBODY, NOBODY)
             os.setresuid(NOBODY, NOBODY, NOBODY)
-            os.write(w, json.dumps(drop_unreadable(hs)["policy"]["deny_read"]).encode())
+            os.write(w, json.dumps([path for path, _ in masked_deny_paths(deny, own_uid=True)]).encode())
         finally:
             os._exit(0)
     os.close(w)
@@ -62,22 +62,21 @@ def _check_masks_kept(tmp_path: Path) -> None:
     link_to_shut = tmp_path / "link-to-shut"
     link_to_shut.symlink_to(shut)
     deny = [str(p) for p in (shut, readable, closed_dir, searchable, missing, dangling, link_to_shut)]
-    kept = _as_nobody({"policy": {"deny_read": deny}})
-    assert kept == [str(p) for p in (readable, searchable, missing, dangling)]
+    # missing and dangling: nothing there to hide, so no mask whoever asks
+    assert _as_nobody(deny) == [str(p) for p in (readable, searchable)]
 
 
 def test_root_keeps_every_mask(tmp_path):
-    """access() as root allows reading anything: a root helper (never given this function by the
-    engine, which uses drop_unreachable for run_as) would keep every mask."""
+    """access() as root allows reading anything: a root helper (whose handshake always names
+    run_as, so own_uid is never set for it) would keep every mask all the same."""
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    from codespace_linux_sandbox.identity import drop_unreadable
+    from codespace_linux_sandbox.bwrap_argv import masked_deny_paths
 
     shut = tmp_path / "shut"
     shut.write_text("secret")
     shut.chmod(0o000)
-    hs = {"policy": {"deny_read": [str(shut)]}}
-    assert drop_unreadable(hs) is hs
+    assert [path for path, _ in masked_deny_paths([str(shut)], own_uid=True)] == [str(shut)]
 
 
 def test_an_unprivileged_servers_command_still_cannot_read_an_unmasked_secret(sandbox_env):
