@@ -46,9 +46,16 @@ WORKER_ENV = "CODESPACE_TEST_WORKER"
 """Set to ``child`` (or ``daemon``) to run every App ``build_app`` makes with that ``[runtime]
 worker`` (added to its policy, the runtime plugin added to its plugins): the same suites then
 check that the worker gives what the server gives in-process."""
+APPS_RECORD_ENV = "CODESPACE_TEST_APPS_RECORD"
+"""A file: each test that calls ``build_app`` (in this process) is added to it, a line each."""
+APPS_ONLY_ENV = "CODESPACE_TEST_APPS_ONLY"
+"""A file ``$CODESPACE_TEST_APPS_RECORD`` wrote: only the tests it lists run. ``$CODESPACE_TEST_WORKER``
+changes nothing but the Apps ``build_app`` makes, so a worker run of the tests that made none
+would repeat the first run's code exactly; CI's worker pass runs only the others."""
 ERROR_META_KEY = "codespace/error"  # as codespace.gateway sends it
 
 _policy_numbers = itertools.count(1)
+_apps_built = 0  # build_app's calls so far: the pytest plugin below reads it around each test
 
 
 def write_policy_file(directory: str | os.PathLike[str], text: str, name: str | None = None) -> Path:
@@ -78,6 +85,8 @@ def build_app(
     """An App on ``workspace``; ``policy`` is TOML text (written beside the state directory);
     ``plugins`` limits which entry points load (None: all installed). ``$CODESPACE_TEST_WORKER``
     adds a ``[runtime] worker`` to the policy (unless it has a ``[runtime]`` section)."""
+    global _apps_built
+    _apps_built += 1
     worker = os.environ.get(WORKER_ENV)
     if worker and (policy is None or "[runtime]" not in policy):
         policy = (policy or "") + f'\n[runtime]\nworker = "{worker}"\n'
@@ -161,7 +170,43 @@ if pytest is not None:
             "markers", "in_process: the test inspects this process's own objects, threads or test-only plugins "
             f"(which a worker process cannot load); skipped when ${WORKER_ENV} runs the suite with a worker")
 
+    def _test_key(item: Any) -> str:
+        """A test's name in the record: its file's absolute path, then its id within the file
+        (the same whichever directory pytest runs from)."""
+        return f"{item.path}::{item.nodeid.partition('::')[2]}"
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(item: Any, nextitem: Any) -> Any:
+        record = os.environ.get(APPS_RECORD_ENV)
+        before = _apps_built
+        try:
+            return (yield)
+        finally:
+            if record and _apps_built != before:
+                with open(record, "a", encoding="utf-8") as f:
+                    f.write(_test_key(item) + "\n")
+
+    def _only_recorded(config: Any, items: list, record: str) -> None:
+        try:
+            with open(record, encoding="utf-8") as f:
+                wanted = set(f.read().splitlines())
+        except OSError as exc:
+            raise pytest.UsageError(f"${APPS_ONLY_ENV}: cannot read {record}: {exc.strerror}") from None
+        keys = {_test_key(item): item for item in items}
+        files = {str(item.path) for item in items}
+        # A recorded test of a collected file that is not collected now has an id that changes
+        # from run to run: deselecting it silently would drop it from the pass.
+        lost = sorted(key for key in wanted if key.partition("::")[0] in files and key not in keys)
+        if lost:
+            raise pytest.UsageError(f"${APPS_ONLY_ENV}: {len(lost)} recorded tests were not collected "
+                                    f"(do their ids change between runs?): {', '.join(lost[:5])}")
+        config.hook.pytest_deselected(items=[item for key, item in keys.items() if key not in wanted])
+        items[:] = [item for key, item in keys.items() if key in wanted]
+
     def pytest_collection_modifyitems(config: Any, items: list) -> None:
+        only = os.environ.get(APPS_ONLY_ENV)
+        if only:
+            _only_recorded(config, items, only)
         if not os.environ.get(WORKER_ENV):
             return
         skip = pytest.mark.skip(reason=f"in_process: not meaningful with ${WORKER_ENV} (the worker does the work)")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from codespace.testing import WORKER_ENV
+from codespace.testing import APPS_ONLY_ENV, APPS_RECORD_ENV, WORKER_ENV
 
 SUITE = '''
 import pytest
@@ -43,14 +43,61 @@ async def test_mcp_client(mcp_client, make_app, ws, mode):
 '''
 
 
-def test_an_outside_suite_gets_the_fixtures_from_the_entry_point(tmp_path: Path):
-    (tmp_path / "suite").mkdir()
-    (tmp_path / "suite" / "test_outside.py").write_text(SUITE)
+def _run_outside_suite(tmp_path: Path, text: str, **env_vars: str) -> subprocess.CompletedProcess:
+    (tmp_path / "suite").mkdir(exist_ok=True)
+    (tmp_path / "suite" / "test_outside.py").write_text(text)
     # Its own basetemp: the default would make pytest prune other runs' numbered temp dirs. Not
-    # this run's worker setting either: the outside suite asserts what an author's plain run gets.
-    env = {k: v for k, v in os.environ.items() if k != WORKER_ENV}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          f"--basetemp={tmp_path / 'tmp'}", "suite"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300, env=env)
+    # this run's worker and record settings either: the outside suite asserts what an author's
+    # plain run gets.
+    env = {k: v for k, v in os.environ.items() if k not in (WORKER_ENV, APPS_RECORD_ENV, APPS_ONLY_ENV)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"--basetemp={tmp_path / 'tmp'}", "suite"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**env, **env_vars})
+
+
+def test_an_outside_suite_gets_the_fixtures_from_the_entry_point(tmp_path: Path):
+    run = _run_outside_suite(tmp_path, SUITE)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "4 passed" in run.stdout, run.stdout
+
+
+APPS_SUITE = '''
+import pytest
+
+from codespace.testing import build_app
+
+
+@pytest.fixture
+def app(ws, state):
+    return build_app(ws, state_dir=state, plugins=())
+
+
+def test_no_app(ws):
+    assert ws.is_dir()
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_app_by_fixture(app, n):
+    assert app is not None
+
+
+def test_app_by_call(make_app):
+    make_app()
+'''
+
+
+def test_the_record_names_the_tests_that_built_an_app_and_only_they_run_from_it(tmp_path: Path):
+    record = tmp_path / "apps.txt"
+    first = _run_outside_suite(tmp_path, APPS_SUITE, **{APPS_RECORD_ENV: str(record)})
+    assert "4 passed" in first.stdout, first.stdout + first.stderr
+    file = tmp_path / "suite" / "test_outside.py"
+    assert record.read_text().splitlines() == [
+        f"{file}::test_app_by_fixture[1]", f"{file}::test_app_by_fixture[2]", f"{file}::test_app_by_call"]
+    again = _run_outside_suite(tmp_path, APPS_SUITE, **{APPS_ONLY_ENV: str(record)})
+    assert again.returncode == 0 and "3 passed, 1 deselected" in again.stdout, again.stdout + again.stderr
+    # A recorded test its file no longer yields (an id that changes between runs) is an error,
+    # not a test quietly left out of the pass.
+    changed = _run_outside_suite(tmp_path, APPS_SUITE.replace("[1, 2]", "[1, 3]"), **{APPS_ONLY_ENV: str(record)})
+    assert changed.returncode == 4 and "test_app_by_fixture[2]" in changed.stderr, changed.stdout + changed.stderr
+    missing = _run_outside_suite(tmp_path, APPS_SUITE, **{APPS_ONLY_ENV: str(tmp_path / "none.txt")})
+    assert missing.returncode == 4 and "cannot read" in missing.stderr, missing.stdout + missing.stderr
