@@ -138,13 +138,33 @@ def workspace_options(args: list[str]) -> list[str]:
     return picked
 
 
+def lock_suite(suite: Path) -> int | None:
+    """With ``$CODESPACE_TEST_SUITE_LOCKS`` (a directory), an exclusive lock on the file there
+    named after the suite (``plugins-fs-tests``), held until the descriptor returned is closed.
+    CI runs the plugins' isolated suites beside this run and takes the same locks: a suite's
+    tests mark their processes with fixed names, so two runs of one suite must not overlap."""
+    locks = os.environ.get("CODESPACE_TEST_SUITE_LOCKS")
+    if not locks:
+        return None
+    import fcntl
+
+    fd = os.open(Path(locks) / str(suite.relative_to(REPO)).replace("/", "-"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
 def run_tests(python: Path, extra: list[str]) -> int:
     """Core tests, then each plugin's own tests; fail on any failure or on 'no tests ran'."""
     suites = [REPO / "tests", *(p / "tests" for p in plugin_dirs() if (p / "tests").is_dir())]
     failed = []
     for suite in suites:
         print(f"run.py: pytest {suite.relative_to(REPO)}", file=sys.stderr)
-        code = subprocess.run([str(python), "-m", "pytest", str(suite), *extra], cwd=suite.parent).returncode
+        lock = lock_suite(suite)
+        try:
+            code = subprocess.run([str(python), "-m", "pytest", str(suite), *extra], cwd=suite.parent).returncode
+        finally:
+            if lock is not None:
+                os.close(lock)
         if code != 0:  # exit 5 (no tests collected) is a failure too
             failed.append(f"{suite.relative_to(REPO)} (pytest exit {code})")
     if failed:

@@ -116,14 +116,41 @@ def test_worker_subcommand_is_the_runtime_plugins_cli(ws):
     assert "not running" in done.stdout + done.stderr
 
 
-def test_run_py_workspace_options_are_passed_to_prepare():
+def _run_py():
     sys.path.insert(0, str(REPO))
     try:
         import run
     finally:
         sys.path.pop(0)
+    return run
+
+
+def test_run_py_workspace_options_are_passed_to_prepare():
+    run = _run_py()
     assert run.workspace_options(["--transport", "http", "-w", "/x", "--policy=/p", "--port", "1",
                                   "--state-dir", "/s"]) == ["-w", "/x", "--policy=/p", "--state-dir", "/s"]
+
+
+def test_run_py_holds_a_suites_lock_while_it_runs_it(tmp_path, monkeypatch):
+    """CI runs the plugins' isolated suites beside run.py test; both lock a suite by name
+    (.ci/run with flock(1)), so one suite never runs twice at once."""
+    import fcntl
+
+    run = _run_py()
+    suite = REPO / "plugins" / "fs" / "tests"
+    monkeypatch.delenv("CODESPACE_TEST_SUITE_LOCKS", raising=False)
+    assert run.lock_suite(suite) is None
+    monkeypatch.setenv("CODESPACE_TEST_SUITE_LOCKS", str(tmp_path))
+    held = run.lock_suite(suite)
+    other = os.open(tmp_path / "plugins-fs-tests", os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(held)
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(other)
+    assert [p.name for p in tmp_path.iterdir()] == ["plugins-fs-tests"]
 
 
 def _editable(site, dist: str, mapping: dict, namespaces: dict | None = None) -> None:
