@@ -203,6 +203,7 @@ if pytest is not None:
         config.hook.pytest_deselected(items=[item for key, item in keys.items() if key not in wanted])
         items[:] = [item for key, item in keys.items() if key in wanted]
 
+    @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect: what they leave out is not lost
     def pytest_collection_modifyitems(config: Any, items: list) -> None:
         only = os.environ.get(APPS_ONLY_ENV)
         if only:

@@ -43,7 +43,7 @@ async def test_mcp_client(mcp_client, make_app, ws, mode):
 '''
 
 
-def _run_outside_suite(tmp_path: Path, text: str, **env_vars: str) -> subprocess.CompletedProcess:
+def _run_outside_suite(tmp_path: Path, text: str, *args: str, **env_vars: str) -> subprocess.CompletedProcess:
     (tmp_path / "suite").mkdir(exist_ok=True)
     (tmp_path / "suite" / "test_outside.py").write_text(text)
     # Its own basetemp: the default would make pytest prune other runs' numbered temp dirs. Not
@@ -51,7 +51,7 @@ def _run_outside_suite(tmp_path: Path, text: str, **env_vars: str) -> subprocess
     # plain run gets.
     env = {k: v for k, v in os.environ.items() if k not in (WORKER_ENV, APPS_RECORD_ENV, APPS_ONLY_ENV)}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           f"--basetemp={tmp_path / 'tmp'}", "suite"], cwd=tmp_path, capture_output=True,
+                           f"--basetemp={tmp_path / 'tmp'}", *args, "suite"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, env={**env, **env_vars})
 
 
@@ -95,6 +95,8 @@ def test_the_record_names_the_tests_that_built_an_app_and_only_they_run_from_it(
         f"{file}::test_app_by_fixture[1]", f"{file}::test_app_by_fixture[2]", f"{file}::test_app_by_call"]
     again = _run_outside_suite(tmp_path, APPS_SUITE, **{APPS_ONLY_ENV: str(record)})
     assert again.returncode == 0 and "3 passed, 1 deselected" in again.stdout, again.stdout + again.stderr
+    picked = _run_outside_suite(tmp_path, APPS_SUITE, "-k", "by_call", **{APPS_ONLY_ENV: str(record)})
+    assert picked.returncode == 0 and "1 passed, 3 deselected" in picked.stdout, picked.stdout + picked.stderr
     # A recorded test its file no longer yields (an id that changes between runs) is an error,
     # not a test quietly left out of the pass.
     changed = _run_outside_suite(tmp_path, APPS_SUITE.replace("[1, 2]", "[1, 3]"), **{APPS_ONLY_ENV: str(record)})
