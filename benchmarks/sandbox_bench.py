@@ -19,7 +19,9 @@ the spawn. Variants:
 - ``helper-ll``: the helper, Landlock engine, default policy
 - ``helper-ww0``: ``helper-ww`` without the process limit (``[sandbox] max_processes = 0``), which
   costs bwrap a wait for the helper's ``prlimit`` before the command starts
-- ``launch-ro`` / ``launch-ww`` / ``launch-ll`` / ``launch-ww0``: the same four through the fast path,
+- ``helper-ll0``: ``helper-ll`` without the process limit, which costs the Landlock command a user
+  namespace of its own (and a root helper the writing of its maps)
+- ``launch-ro`` / ``launch-ww`` / ``launch-ll`` / ``launch-ww0`` / ``launch-ll0``: the same five through the fast path,
   ``LinuxSandbox.launch_now`` (what ``launch`` runs): handshake and seccomp program built
   per call, the warm helper forks the per-command helper, ``waitpid`` on it (it is our child)
 """
@@ -122,7 +124,7 @@ def main() -> int:
     }
     for name, policy, engine, limit in (("ro", '[filesystem.paths]\n"." = "read"\n', "bubblewrap", 4096),
                                         ("ww", "", "bubblewrap", 4096), ("ll", "", "landlock", 4096),
-                                        ("ww0", "", "bubblewrap", 0)):
+                                        ("ww0", "", "bubblewrap", 0), ("ll0", "", "landlock", 0)):
         variants[f"helper-{name}"], variants[f"launch-{name}"] = _helper_variant(base, name, policy, engine, limit)
     if os.access(args.codex, os.X_OK):
         codex_ww = base / "codex-ww"

@@ -179,7 +179,8 @@ class SandboxPolicy(_Strict):
     the sandbox's private user namespace: other commands and the host's processes do not count);
     past it fork and thread creation fail with EAGAIN, so a fork bomb ends the command, not the
     host. 0: no limit. Enforced by engines that give each command its own user namespace
-    (bubblewrap); an engine that cannot says so in ``cannot_enforce``."""
+    (bubblewrap; Landlock where the server may make user namespaces); an engine that cannot
+    says so in ``cannot_enforce``."""
 
 
 class Limits(_Strict):

@@ -111,6 +111,28 @@ def test_every_tool_with_the_server_as_an_unprivileged_user():
         shutil.rmtree(base, ignore_errors=True)
 
 
+def test_every_tool_under_the_landlock_engine_with_a_process_limit(ws, state, tmp_path):
+    """The same run with the Landlock engine and ``max_processes`` (each command in a user
+    namespace of its own): every tool still answers as it does, and workspace_info shows the
+    client the engine and what it leaves unenforced (``sandbox.cannot_enforce``)."""
+    node, modules = _require("sdk1")
+    if importlib.util.find_spec("codespace_linux_sandbox") is None:
+        pytest.skip("codespace-linux-sandbox is not installed")
+    from codespace import kernel
+    from codespace_linux_sandbox.limits import LANDLOCK
+
+    if not kernel.landlock_abi().ok:
+        pytest.skip("Landlock is not available on this kernel")
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[sandbox]\nmode = "required"\nengine = "landlock"\nmax_processes = 512\n')
+    wants = ['"engine":"landlock"', json.dumps(LANDLOCK[3])]
+    report = _run(node, modules, {
+        "CS_SDK": "sdk1", "CS_TRANSPORT": "stdio", "CS_WORKSPACE": str(ws), "CS_INFO_WANTS": json.dumps(wants),
+        "CS_SERVER_CMD": json.dumps(_server_argv(ws, state, "--policy", str(policy))),
+    })
+    assert report["ok"] > 200
+
+
 def _worker_cli(action: str, ws: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "codespace_runtime.cli", action, "--workspace", str(ws)],
                           capture_output=True, text=True, timeout=60, env={**os.environ, **env})

@@ -12,6 +12,7 @@
 //   CS_TRANSPORT     "stdio" (CS_SERVER_CMD: the server's argv as JSON; CS_SERVER_ENV: its environment as
 //                    JSON, default this one's) or "http" (CS_URL, CS_TOKEN)
 //   CS_WORKSPACE     the workspace root the server serves
+//   CS_INFO_WANTS    optional: a JSON list of strings workspace_info's structured content must hold
 // Prints one JSON line {"ok": n, "failed": [...], "tools": [...]} and exits 1 when a check failed.
 "use strict";
 
@@ -27,6 +28,7 @@ const req = createRequire(path.join(need("CS_NODE_MODULES"), "index.js"));
 const SDK = need("CS_SDK");
 const TRANSPORT = need("CS_TRANSPORT");
 const WS = need("CS_WORKSPACE");
+const INFO_WANTS = JSON.parse(process.env.CS_INFO_WANTS || "[]");
 
 function loadSdk() {
   if (SDK === "sdk1") {
@@ -100,7 +102,7 @@ async function expectError(client, name, args, wants) {
 }
 
 async function files(client) {
-  await expectOk(client, "workspace_info", {}, { json: [`"root":${JSON.stringify(WS)}`] });
+  await expectOk(client, "workspace_info", {}, { json: [`"root":${JSON.stringify(WS)}`, ...INFO_WANTS] });
   await expectError(client, "workspace_info", { bogus: 1 }, ["'bogus': unknown argument"]);
 
   await expectOk(client, "write_file", { path: "notes.txt", content: "alpha\nbeta\n", operation_id: "w-1" },

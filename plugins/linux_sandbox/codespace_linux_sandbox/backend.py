@@ -39,6 +39,7 @@ from .engine_choice import (  # noqa: F401 - plugin.py and the tests import them
     choose_engine,
     landlock_abi,
     may_make_pid_namespaces,
+    may_make_user_namespaces,
     probe_bwrap,
 )
 from .launcher import Launched, Zygote, ZygoteUnavailable, helper_environment, spawn_helper
@@ -205,6 +206,7 @@ class LinuxSandbox:
                                             unix_sockets=self.allow_unix_sockets,
                                             walk_cut=self._protected.truncated(),
                                             max_processes=self.max_processes,
+                                            user_namespaces=may_make_user_namespaces(),
                                             protected_by_mounts=run_as.mounts_possible(identity),
                                             read_only_view=bool(identity and identity.idmap)),
                             *run_as.cannot_enforce(identity, self.root, choice.engine)]
@@ -281,7 +283,9 @@ class LinuxSandbox:
                 landlock_abi=landlock_abi(),
                 runtime=runtime_paths(),
                 run_as=self.run_as(),
-                max_processes=self.max_processes or None,
+                # The Landlock engine's limit needs a user namespace per command (cannot_enforce).
+                max_processes=(self.max_processes or None) if choice.engine == "bubblewrap" or may_make_user_namespaces()
+                else None,
             ),
         )
 

@@ -96,6 +96,18 @@ def make_userns(uid: int, gid: int) -> int:
         posix.waitpid(pid, 0)
 
 
+def map_every_id(pid: int) -> None:
+    """Map every uid and gid of ``pid``'s (new) user namespace to the same host id: the Landlock
+    command's own namespace (:func:`.landlock_child.enter_own_user_namespace`). Only a root
+    helper may write such maps."""
+    for name in ("uid_map", "gid_map"):
+        fd = posix.open(f"/proc/{pid}/{name}", posix.O_WRONLY)
+        try:
+            posix.write(fd, b"0 0 4294967295\n")
+        finally:
+            posix.close(fd)
+
+
 def _idmapped_clone(path: str, userns: int) -> int:
     fd = _check(libc.syscall(libc.Long(libc.SYS_OPEN_TREE), libc.AT_FDCWD, path.encode("utf-8", "surrogateescape"),
                              libc.OPEN_TREE_CLONE | libc.OPEN_TREE_CLOEXEC | libc.AT_RECURSIVE),

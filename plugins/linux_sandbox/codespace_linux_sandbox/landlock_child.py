@@ -3,8 +3,9 @@
 Runs in the command's child, forked by the per-command helper (:mod:`.landlock_engine`),
 in order: ask for SIGKILL when the helper dies, restore the default signal dispositions,
 enter the idmapped view (server as root), mount over the protected names
-(server as root, :mod:`.landlock_mounts`), drop every capability (the server may run as
-root) and check none is left, set ``PR_SET_NO_NEW_PRIVS``, restrict itself with the
+(server as root, :mod:`.landlock_mounts`), enter a user namespace of its own when the policy
+limits its processes (:func:`enter_own_user_namespace`), drop every capability (the server may
+run as root) and check none is left, set that limit, set ``PR_SET_NO_NEW_PRIVS``, restrict itself with the
 helper's Landlock ruleset, install the seccomp program, add the Unix-socket broker's
 filter when the policy lists sockets, and exec.
 """
@@ -82,6 +83,33 @@ def install_seccomp(lib: Libc, program: bytes) -> None:
         raise OSError(ctypes.get_errno(), f"installing the seccomp filter failed: {os.strerror(ctypes.get_errno())}")
 
 
+def enter_own_user_namespace(sync: tuple[int, int] | None) -> None:
+    """A user namespace of this command's own: RLIMIT_NPROC counts a uid's processes per user
+    namespace, so in one that only this command's processes enter, ``[sandbox] max_processes``
+    counts them alone, not every process of its uid on the host.
+
+    Root (``sync``: this end's write and read descriptors to the helper): the helper writes an
+    identity map of every id (:func:`.identity.map_every_id`), so ids, file owners and the
+    idmapped view look as they did; the command then becomes ``run_as`` inside it. Otherwise
+    only this process's own uid and gid can be mapped (as bwrap maps them for a server that is
+    not root): files of other ids show as the overflow id."""
+    if sync is None:
+        from .supervise import own_user_namespace
+
+        if not own_user_namespace():
+            raise identity.IdentityError("unshare(CLONE_NEWUSER) failed: no user namespace to count the command's "
+                                         "processes in ([sandbox] max_processes)")
+        return
+    unshared, mapped = sync
+    if libc.unshare(libc.CLONE_NEWUSER) != 0:
+        raise identity.IdentityError(f"unshare(CLONE_NEWUSER) failed: {os.strerror(libc.errno())}")
+    os.write(unshared, b"x")
+    if os.read(mapped, 1) != b"x":
+        raise identity.IdentityError("the helper could not map the ids of the command's user namespace")
+    os.close(unshared)
+    os.close(mapped)
+
+
 def _exec(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
     """Search PATH like execvp and exec; returns (exit code, message) when nothing ran."""
     program = argv[0]
@@ -99,10 +127,13 @@ def _exec(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
 
 
 def confine_and_exec(hs: dict, ruleset_fd: int, program: bytes | None, parent: int, env: dict[str, str],
-                     userns: int | None, broker: int = -1, mounts: tuple[list[str], list[str]] | None = None) -> None:
-    """The command's child (never returns): confine this process as the module docstring says, exec."""
+                     userns: int | None, broker: int = -1, mounts: tuple[list[str], list[str]] | None = None,
+                     ns_sync: tuple[int, int] | None = None) -> None:
+    """The command's child (never returns): confine this process as the module docstring says,
+    exec. ``ns_sync``: see :func:`enter_own_user_namespace` (a root helper's)."""
     lib = Libc()
     run_as = hs["options"].get("run_as")
+    max_processes = hs["options"].get("max_processes")
     try:
         lib.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
@@ -117,13 +148,17 @@ def confine_and_exec(hs: dict, ruleset_fd: int, program: bytes | None, parent: i
             private = landlock_mounts.apply(*mounts, new_namespace=not idmap)
             landlock.add_path_rules(ruleset_fd, [(path, "w") for path in private], landlock.abi_for(hs))
         os.chdir(hs["command"]["cwd"])
+        if max_processes:
+            enter_own_user_namespace(ns_sync)
         drop_capabilities(lib, run_as)
-        if run_as is not None:
+        if run_as is not None or max_processes:
             # A change of credentials clears the parent-death signal: ask again, and re-check
             # that the helper is still there (it may have died in between).
             lib.prctl(libc.PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != parent:
                 os._exit(1)
+        if max_processes:
+            libc.limit_processes(0, max_processes)
         lib.prctl(libc.PR_SET_NO_NEW_PRIVS, 1)
         landlock.restrict_self(ruleset_fd)
         os.close(ruleset_fd)

@@ -72,11 +72,13 @@ def _common(unix_sockets: tuple[str, ...], walk_cut: list[str]) -> list[str]:
     return out
 
 
-# RLIMIT_NPROC counts a uid's processes per user namespace, and a Landlock command has none of
-# its own: a limit would count every process of its uid on the host (or none, for host root).
+# RLIMIT_NPROC counts a uid's processes per user namespace: a Landlock command gets one of its own
+# (landlock_child) where the kernel lets the server make user namespaces. Without it a limit would
+# count every process of the command's uid on the host.
 LANDLOCK_NO_PROCESS_LIMIT = (
-    "[sandbox] max_processes ({}): not enforced by the Landlock engine (no user namespace of the command's own to "
-    "count its processes in): a command can fork until the host's limits stop it")
+    "[sandbox] max_processes ({}): not enforced by the Landlock engine here (this server cannot make user "
+    "namespaces, and the limit needs one per command to count its processes in): a command can fork until the "
+    "host's limits stop it")
 
 
 # Without a mount namespace of its own (landlock_mounts: a root server with CAP_SYS_ADMIN) the
@@ -95,10 +97,12 @@ LANDLOCK_METADATA = (
 
 def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid_namespace: bool = True,
                    unix_sockets: tuple[str, ...] = (), walk_cut: list[str] = (),
-                   protected_by_mounts: bool = False, read_only_view: bool = False, max_processes: int = 0) -> list[str]:
+                   protected_by_mounts: bool = False, read_only_view: bool = False, max_processes: int = 0,
+                   user_namespaces: bool = True) -> list[str]:
     """``protected_by_mounts``: the Landlock engine's helpers are root with CAP_SYS_ADMIN;
     ``read_only_view``: commands see the host through the read-only idmapped view;
-    ``max_processes``: [sandbox] max_processes (0: none asked for)."""
+    ``max_processes``: [sandbox] max_processes (0: none asked for); ``user_namespaces``: the
+    server may make user namespaces (the Landlock engine's process limit needs them)."""
     if engine == "bubblewrap":
         out = [*BUBBLEWRAP, *_common(unix_sockets, walk_cut)]
         if not mount_proc:
@@ -109,7 +113,7 @@ def cannot_enforce(engine: str, abi: int | None, *, mount_proc: bool = True, pid
     out = [*LANDLOCK, *_common(unix_sockets, walk_cut)]
     if not read_only_view:
         out.append(LANDLOCK_METADATA)
-    if max_processes:
+    if max_processes and not user_namespaces:
         out.append(LANDLOCK_NO_PROCESS_LIMIT.format(max_processes))
     if not protected_by_mounts:
         out.append(LANDLOCK_NO_SHM)
