@@ -94,6 +94,24 @@ def _bearer(header: bytes) -> bytes | None:
     return credentials.strip(b" ")
 
 
+# The body of a refused request is read (and dropped) up to this size before the refusal is
+# sent: closing a connection while its body is still arriving makes the kernel reset it, and
+# the client would see "connection reset" instead of the 401 that says what to send. Beyond
+# it the connection is closed regardless: no client that merely lacks its token sends more.
+REFUSED_BODY_READ = 1 << 20
+
+
+async def _read_body(receive: Any, limit: int) -> None:
+    size = 0
+    while size <= limit:
+        message = await receive()
+        if message["type"] != "http.request":
+            return  # the client left
+        size += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return
+
+
 class BearerTokenGate:
     """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
 
@@ -105,6 +123,7 @@ class BearerTokenGate:
         if scope["type"] == "http":
             supplied = _bearer(dict(scope.get("headers") or ()).get(b"authorization", b""))
             if supplied is None or not hmac.compare_digest(supplied, self._expected):
+                await _read_body(receive, REFUSED_BODY_READ)
                 await send({
                     "type": "http.response.start",
                     "status": 401,
