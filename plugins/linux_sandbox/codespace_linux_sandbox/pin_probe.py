@@ -41,6 +41,16 @@ def sock(family, kind=socket.SOCK_STREAM, proto=0):
     return run
 
 
+def create_and_leave_nothing(path):
+    """``create``, then remove: a command that writes the host's /tmp (upstream's) left a file
+    of the running user's there, which a later run as another user could not write."""
+    create(path)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def pair():
     a, b = socket.socketpair()
     a.close()
@@ -81,7 +91,7 @@ def main(outside: str) -> None:
         "write_outside": attempt(lambda: create(os.path.join(outside, "probe-outside.txt"))),
         "write_cwd": attempt(lambda: create("probe-cwd.txt")),
         "write_cwd_subdir": attempt(lambda: create(os.path.join("sub", "probe-sub.txt"))),
-        "write_tmp": attempt(lambda: create("/tmp/probe-tmp.txt")),
+        "write_tmp": attempt(lambda: create_and_leave_nothing(f"/tmp/probe-tmp-{os.getpid()}.txt")),
         "write_git": attempt(lambda: create(os.path.join(".git", "probe-git"))),
         "create_codex": attempt(lambda: create(os.path.join(".codex", "x"))),
         "mkdir_codex": attempt(lambda: os.mkdir(".codex")),
