@@ -32,38 +32,26 @@ class BwrapProbe:
 def may_make_user_namespaces() -> bool:
     """Whether helpers (this process's credentials) can give a Landlock command a user namespace
     of its own, in which its process limit counts: tried once per process, in a forked child,
-    as the command's child does it (:func:`.landlock_child.enter_own_user_namespace`; a root
-    helper writes the maps of every id, another maps its own ids)."""
-    from . import identity, libc, supervise  # loaded before the fork: the child imports nothing
+    the way the command's child and its helper do it."""
+    from . import identity
+    from .landlock_child import enter_own_user_namespace  # loaded before the fork: the child imports nothing
 
-    root = os.geteuid() == 0
-    ready_r, ready_w = os.pipe()
-    done_r, done_w = os.pipe()
+    sync = identity.userns_sync() if os.geteuid() == 0 else None
     pid = os.fork()
     if pid == 0:
-        code = 2
+        code = 1
         try:
-            os.close(ready_r)
-            os.close(done_w)
-            if root:
-                os.write(ready_w, b"x" if libc.unshare(libc.CLONE_NEWUSER) == 0 else b"!")
-                code = 0 if os.read(done_r, 1) == b"x" else 1
-            else:
-                code = 0 if supervise.own_user_namespace() else 1
+            if sync:
+                for fd in sync[0]:
+                    os.close(fd)
+            enter_own_user_namespace(sync[1] if sync else None)
+            code = 0
+        except (OSError, identity.IdentityError):
+            pass
         finally:
             os._exit(code)
-    os.close(ready_w)
-    os.close(done_r)
-    try:
-        if root and os.read(ready_r, 1) == b"x":
-            try:
-                identity.map_every_id(pid)
-                os.write(done_w, b"x")
-            except OSError:
-                pass
-    finally:
-        os.close(ready_r)
-        os.close(done_w)
+    if sync:
+        identity.map_every_id_when_asked(pid, *sync)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
 
 

@@ -108,6 +108,38 @@ def map_every_id(pid: int) -> None:
             posix.close(fd)
 
 
+def userns_sync() -> "tuple[tuple[int, int], tuple[int, int]]":
+    """Two pipes for :func:`map_every_id_when_asked` (the helper's ends) and
+    :func:`.landlock_child.enter_own_user_namespace` (the child's): made before the fork."""
+    unshared_r, unshared_w = posix.pipe()
+    mapped_r, mapped_w = posix.pipe()
+    return (unshared_r, mapped_w), (unshared_w, mapped_r)
+
+
+def map_every_id_when_asked(child: int, ours: "tuple[int, int]", theirs: "tuple[int, int]") -> bool:
+    """Once ``child`` says it has made its user namespace, map every id in it and tell it so;
+    whether it was mapped. A child that dies first closes its end (an empty read)."""
+    unshared_r, mapped_w = ours
+    for fd in theirs:
+        posix.close(fd)
+    try:
+        if posix.read(unshared_r, 1) != b"x":
+            return False
+        try:
+            map_every_id(child)
+        except OSError as exc:
+            posix.write(2, f"codespace-linux-sandbox: cannot map the command's user namespace: {exc}\n".encode())
+            posix.write(mapped_w, b"!")
+            return False
+        posix.write(mapped_w, b"x")
+        return True
+    except OSError:
+        return False  # the child is gone: its exit status says why
+    finally:
+        posix.close(unshared_r)
+        posix.close(mapped_w)
+
+
 def _idmapped_clone(path: str, userns: int) -> int:
     fd = _check(libc.syscall(libc.Long(libc.SYS_OPEN_TREE), libc.AT_FDCWD, path.encode("utf-8", "surrogateescape"),
                              libc.OPEN_TREE_CLONE | libc.OPEN_TREE_CLOEXEC | libc.AT_RECURSIVE),

@@ -88,8 +88,8 @@ def enter_own_user_namespace(sync: tuple[int, int] | None) -> None:
     namespace, so in one that only this command's processes enter, ``[sandbox] max_processes``
     counts them alone, not every process of its uid on the host.
 
-    Root (``sync``: this end's write and read descriptors to the helper): the helper writes an
-    identity map of every id (:func:`.identity.map_every_id`), so ids, file owners and the
+    Root (``sync``: the child's ends of :func:`.identity.userns_sync`): the helper writes an
+    identity map of every id (:func:`.identity.map_every_id_when_asked`), so ids, file owners and the
     idmapped view look as they did; the command then becomes ``run_as`` inside it. Otherwise
     only this process's own uid and gid can be mapped (as bwrap maps them for a server that is
     not root): files of other ids show as the overflow id."""

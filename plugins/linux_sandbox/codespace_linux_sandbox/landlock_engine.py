@@ -159,15 +159,12 @@ def _fork_and_supervise(hs: dict, ruleset: int, program: bytes | None, env: dict
         ours, theirs = unix_broker.channel()
     # A root helper maps the ids of the user namespace the child enters for its process limit
     # (landlock_child.enter_own_user_namespace): the child cannot map ids other than its own.
-    sync = hs["options"].get("max_processes") and hs["options"].get("run_as") is not None
-    if sync:
-        unshared_r, unshared_w = os.pipe()
-        mapped_r, mapped_w = os.pipe()
+    sync = identity.userns_sync() if hs["options"].get("max_processes") and hs["options"].get("run_as") else None
     signal.pthread_sigmask(signal.SIG_BLOCK, set(FORWARDED))
     child = os.fork()
     if child == 0:
         confine_and_exec(hs, ruleset, program, me, env, userns, theirs if brokered else -1, mounts,
-                         (unshared_w, mapped_r) if sync else None)
+                         sync[1] if sync else None)
     os.close(ruleset)
     if brokered:
         os.close(theirs)
@@ -179,7 +176,7 @@ def _fork_and_supervise(hs: dict, ruleset: int, program: bytes | None, env: dict
         signal.signal(signum, on_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, set(FORWARDED))
     if sync:
-        _map_childs_ids(child, unshared_r, unshared_w, mapped_r, mapped_w)
+        identity.map_every_id_when_asked(child, *sync)
     code = None
     while code is None:
         pid, status = os.waitpid(-1, 0)
@@ -187,27 +184,6 @@ def _fork_and_supervise(hs: dict, ruleset: int, program: bytes | None, env: dict
             code = os.waitstatus_to_exitcode(status)
     _end_descendants(me)
     return code, received
-
-
-def _map_childs_ids(child: int, unshared_r: int, unshared_w: int, mapped_r: int, mapped_w: int) -> None:
-    """Once the child has made its user namespace, map its ids; the child goes on when told so.
-    A child that dies first closes its end (an empty read): waitpid then reports it."""
-    os.close(unshared_w)
-    os.close(mapped_r)
-    try:
-        if os.read(unshared_r, 1) == b"x":
-            try:
-                identity.map_every_id(child)
-                answer = b"x"
-            except OSError as exc:
-                os.write(2, f"codespace-linux-sandbox: cannot map the command's user namespace: {exc}\n".encode())
-                answer = b"!"
-            os.write(mapped_w, answer)
-    except OSError:
-        pass  # the child is gone: its exit status says why
-    finally:
-        os.close(unshared_r)
-        os.close(mapped_w)
 
 
 def _end_descendants(me: int) -> None:
