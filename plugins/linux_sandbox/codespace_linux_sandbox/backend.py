@@ -283,11 +283,16 @@ class LinuxSandbox:
                 landlock_abi=landlock_abi(),
                 runtime=runtime_paths(),
                 run_as=self.run_as(),
-                # The Landlock engine's limit needs a user namespace per command (cannot_enforce).
-                max_processes=(self.max_processes or None) if choice.engine == "bubblewrap" or may_make_user_namespaces()
-                else None,
+                max_processes=self._process_limit(choice.engine),
             ),
         )
+
+    def _process_limit(self, engine: str) -> int | None:
+        """[sandbox] max_processes for the helper to enforce, or None: the Landlock engine's
+        limit needs a user namespace per command (``cannot_enforce`` names it otherwise)."""
+        if not self.max_processes or (engine == "landlock" and not may_make_user_namespaces()):
+            return None
+        return self.max_processes
 
     @staticmethod
     def _userns(hs: Handshake) -> int | None:
