@@ -241,8 +241,38 @@ async function operations(client) {
   await expectError(client, "no_such_tool", {}, ["unknown tool 'no_such_tool'"]);
 }
 
+// A client with a wrong token, or none, must be told so: HTTP 401 with the server's own
+// explanation, not a reset connection or a transport error that says nothing (CI under load
+// once turned the 401 into a reset). Both SDKs put the body in the error's message; the
+// status is 1.x's `code`, 2.x's `status`.
+async function refusedTokens(Client, Http) {
+  const big = "x".repeat(300000);  // a body that is still arriving when the server refuses it
+  for (const [label, headers, clientInfo] of [
+    ["a wrong token", { Authorization: "Bearer wrong" }, { name: "ts-wrong-token", version: "1.0.0" }],
+    ["no token", {}, { name: "ts-no-token", version: "1.0.0" }],
+    ["a wrong token and a large body", { Authorization: "Bearer wrong" }, { name: "ts-big", version: big }],
+  ]) {
+    const client = new Client(clientInfo, { capabilities: {} });
+    let thrown = null;
+    let status = null;
+    try {
+      await client.connect(new Http(new URL(need("CS_URL")), { requestInit: { headers } }));
+    } catch (err) {
+      thrown = String(err && err.message || err);
+      status = err && (err.status ?? err.code);  // 2.x: SdkHttpError.status; 1.x: StreamableHTTPError.code
+    }
+    check(`connecting with ${label} is refused`, thrown !== null, "connected");
+    if (thrown !== null) {
+      check(`connecting with ${label} gives status 401`, status === 401, `${status}: ${thrown}`);
+      check(`connecting with ${label} says what to send`, thrown.includes("Authorization: Bearer <token>"), thrown);
+    }
+    await client.close().catch(() => {});
+  }
+}
+
 async function main() {
   const { Client, Stdio, Http } = loadSdk();
+  if (TRANSPORT === "http") await refusedTokens(Client, Http);
   let transport;
   if (TRANSPORT === "stdio") {
     const argv = JSON.parse(need("CS_SERVER_CMD"));
