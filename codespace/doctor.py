@@ -92,15 +92,18 @@ def _kernel() -> list[Check]:
     ]
 
 
-def _processes(app: App) -> Check:
-    """How the processes a command starts are found again to be killed."""
-    mechanism, detail = app.processes.tracker.probe()
+def _processes(app: App) -> list[Check]:
+    """How the processes a command starts are found again to be killed, and whether an
+    unsandboxed command's are limited."""
+    tracker = app.processes.tracker
+    mechanism, detail = tracker.probe()
     if mechanism != "cgroup":
         detail += (" (costs a Python start per command; a cgroup needs root, a delegated cgroup v2 subtree "
                    "the server runs in, or CODESPACE_CGROUP naming one it may write)")
-    return Check("process tracking", True, f"{mechanism}: {detail}")
+    return [Check("process tracking", True, f"{mechanism}: {detail}"),
+            Check("process limit of unsandboxed commands", True, tracker.limit_detail)]
 
 
 def run_checks(app: App) -> list[Check]:
-    return [_python(), _mcp(), *_plugins(app), *_state(app), _processes(app), *_kernel(),
+    return [_python(), _mcp(), *_plugins(app), *_state(app), *_processes(app), *_kernel(),
             *app.plugins.doctor(app.workspace)]

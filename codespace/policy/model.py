@@ -180,7 +180,9 @@ class SandboxPolicy(_Strict):
     past it fork and thread creation fail with EAGAIN, so a fork bomb ends the command, not the
     host. 0: no limit. Enforced by engines that give each command its own user namespace
     (bubblewrap; Landlock where the server may make user namespaces); an engine that cannot
-    says so in ``cannot_enforce``."""
+    says so in ``cannot_enforce``. An unsandboxed command is held to it by a cgroup v1 ``pids``
+    group where the host has one the server may write (``workspace_info``'s
+    ``process_tracking.unsandboxed_process_limit`` says whether)."""
 
 
 class Limits(_Strict):

@@ -33,7 +33,7 @@ from .janitor import run_detached
 from .session import DRAIN_AFTER_EXIT_S, ProcessHandle, Session
 from .spawn import (PipeProcess, check_cwd, check_exec_size, close_parent_copies, feed_payloads, prepare_inherited,
                     resolve_program, spawn_error)
-from .tracking import Tracker, populated, remove_tree, wrap_argv
+from .tracking import Tracker, populated, wrap_argv
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -254,29 +254,37 @@ class ProcessRegistry:
         if sandbox is not None and not fast:
             spec = sandbox[0].wrap(spec, sandbox[1])
         spec, writers = prepare_inherited(spec)
-        group = None if fast else self.tracker.new_group()
+        try:
+            # A sandboxed command's process limit is the sandbox's (counted in its own user
+            # namespace); an unsandboxed one's is its cgroup's, where the host has a pids hierarchy.
+            group = None if fast else self.tracker.new_group(
+                self.workspace.policy.sandbox.max_processes if sandbox is None else 0)
+        except BaseException:
+            close_parent_copies(spec)
+            raise
+        limit = self.tracker.limit_dir(group)
         try:
             if fast:
                 pipe = await PipeProcess.launch(spec, *sandbox)
                 return _Started(spec, pipe, [lambda: pipe.read("stdout"), lambda: pipe.read("stderr")], group, writers, fast)
             if spec.tty:
-                terminal = await self._spawn_terminal(spec, group)
+                terminal = await self._spawn_terminal(spec, group, limit)
                 return _Started(spec, _TerminalAdapter(terminal), [terminal.read], group, writers, fast)
-            pipe = PipeProcess.spawn(spec, group)
+            pipe = PipeProcess.spawn(spec, group, limit)
             return _Started(spec, pipe, [lambda: pipe.read("stdout"), lambda: pipe.read("stderr")], group, writers, fast)
         except BaseException:
             if group is not None:
-                remove_tree(group)
+                self.tracker.release(group)
             raise
         finally:
             close_parent_copies(spec)
 
-    async def _spawn_terminal(self, spec: CommandSpec, group: Path | None) -> Any:
+    async def _spawn_terminal(self, spec: CommandSpec, group: Path | None, limit: Path | None) -> Any:
         terminal = self.backends.terminal()
         try:
             check_cwd(spec.cwd)
             resolve_program(spec)  # a missing program is named, not the stub's exit 127
-            spec = spec.model_copy(update={"argv": wrap_argv(group, spec.argv)})
+            spec = spec.model_copy(update={"argv": wrap_argv(group, spec.argv, limit)})
             return await terminal.spawn(spec)
         except OSError as exc:
             raise spawn_error(exc, spec) from exc
@@ -293,7 +301,7 @@ class ProcessRegistry:
                 log.exception("the sandbox's clean-up after session %s failed", session.id)
         if session.group is not None:
             await _emptied(session.group)
-            if remove_tree(session.group):
+            if self.tracker.release(session.group):
                 session.group = None  # empty and gone; one that would not empty is killed again at shutdown
         if not session.detached or session.operation_id is None:
             return

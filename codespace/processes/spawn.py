@@ -156,12 +156,13 @@ class PipeProcess:
         self._write_lock = anyio.Lock()
 
     @classmethod
-    def spawn(cls, spec: CommandSpec, group: Path | None = None) -> PipeProcess:
-        """Start ``spec``; with ``group``, the command joins that cgroup before it runs."""
+    def spawn(cls, spec: CommandSpec, group: Path | None = None, limit: Path | None = None) -> PipeProcess:
+        """Start ``spec``; with ``group``, the command joins that cgroup (and ``limit``, its pids
+        mirror) before it runs."""
         try:
             check_cwd(spec.cwd)
             resolve_program(spec)
-            command = wrap_argv(group, spec.argv)
+            command = wrap_argv(group, spec.argv, limit)
             argv = [SETPRIV, "--pdeathsig", "TERM", "--", *command] if SETPRIV else command
             parent = os.getpid()
             popen = subprocess.Popen(

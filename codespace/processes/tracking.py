@@ -16,6 +16,13 @@ directory is free) is killed and removed by the next server of the same state
 directory, so a daemon that survived the crash dies at the restart whatever it
 did to its session, group or signals.
 
+Where the host also mounts a cgroup v1 ``pids`` hierarchy the server may write (root on a
+host with hybrid cgroups, where the v2 hierarchy has no controllers), each unsandboxed
+command's cgroup has a mirror there whose ``pids.max`` is ``[sandbox] max_processes``: a
+sandboxed command's limit is counted in its own user namespace instead (the sandbox
+plugin), and an unsandboxed one otherwise had none, so a fork bomb took the host down.
+``limit_detail`` says whether unsandboxed commands are limited, and how or why not.
+
 Where no cgroup can be made, each command runs under a keeper (``keeper.py``): a
 child subreaper that holds every process the command starts, kills what is left
 when the command ends, and kills everything when the server dies. It costs a
@@ -43,6 +50,10 @@ _KILL_WAIT_S = 2.0
 # The stub a command starts as: join the cgroup named by $0, then become the command.
 # POSIX sh reads no start-up file when non-interactive (bash as sh ignores BASH_ENV).
 _JOIN = 'echo 0 > "$0/cgroup.procs" || { echo "codespace: cannot join cgroup $0" >&2; exit 125; }; exec "$@"'
+# The same, also joining the cgroup v1 pids mirror named by $1 (its pids.max set) first.
+_JOIN_LIMITED = ('echo 0 > "$1/cgroup.procs" || { echo "codespace: cannot join cgroup $1" >&2; exit 125; }; '
+                 'echo 0 > "$0/cgroup.procs" || { echo "codespace: cannot join cgroup $0" >&2; exit 125; }; '
+                 'shift; exec "$@"')
 SH = "/bin/sh"
 KEEPER = str(Path(__file__).with_name("keeper.py"))
 
@@ -68,6 +79,32 @@ def _own_cgroup() -> str | None:
     except OSError:
         return None
     return None
+
+
+def _pids_v1_dir() -> Path | None:
+    """This process's cgroup directory in a mounted cgroup v1 ``pids`` hierarchy, or None."""
+    mount = own = None
+    root = "/"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields = right.split()
+                if len(fields) >= 3 and fields[0] == "cgroup" and "pids" in fields[2].split(","):
+                    root, mount = left.split()[3:5]  # a container's mount may show only its own subtree
+                    break
+        with open("/proc/self/cgroup", encoding="utf-8") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if "pids" in controllers.split(","):
+                    own = path
+    except (OSError, ValueError):
+        return None
+    if mount is None or own is None:
+        return None
+    if root != "/" and (own == root or own.startswith(root + "/")):
+        own = own[len(root):] or "/"
+    return Path(mount + own.rstrip("/")) if own != "/" else Path(mount)
 
 
 def _base_dir(env: dict[str, str] | os._Environ[str]) -> tuple[Path | None, str]:
@@ -153,6 +190,7 @@ def remove_tree(group: Path) -> bool:
 
 
 _FALLBACK = "a keeper per command (child subreaper) holds its processes, since no cgroup can be made"
+_NO_LIMIT = "none (sandboxed commands are limited by the sandbox): "
 LOCKS = "cgroup-locks"  # in the state directory: one flock per live server, held for its life
 
 
@@ -168,8 +206,10 @@ class Tracker:
         self._locks = Path(state_dir) / LOCKS
         self._env = os.environ if env is None else env
         self.server_dir: Path | None = None
+        self.pids_dir: Path | None = None  # this server's directory in the cgroup v1 pids hierarchy
         self.mechanism = "subreaper"
         self.detail = "not started"
+        self.limit_detail = "not started"  # the process limit of unsandboxed commands
         self._counter = 0
         self._lock_fd: int | None = None
 
@@ -189,6 +229,7 @@ class Tracker:
         base, where = _base_dir(self._env)
         if base is None:
             self.detail = f"{_FALLBACK}: {where}"
+            self.limit_detail = f"{_NO_LIMIT}no cgroup can be made ({where})"
             return
         if reap:
             self.reap_stale(base)
@@ -205,15 +246,39 @@ class Tracker:
         except OSError as exc:
             self._unlock(ident)
             self.detail = f"{_FALLBACK}: cannot create a cgroup in {base} ({exc.strerror})"
+            self.limit_detail = f"{_NO_LIMIT}no cgroup can be made in {base}"
             return
         if not os.access(me / "cgroup.procs", os.W_OK):
             remove_tree(me)
             self._unlock(ident)
             self.detail = f"{_FALLBACK}: {me}/cgroup.procs is not writable"
+            self.limit_detail = f"{_NO_LIMIT}no cgroup can be made in {base}"
             return
         self.server_dir = me
         self.mechanism = "cgroup"
         self.detail = f"a cgroup v2 per command, in {base} ({where}), killed with cgroup.kill"
+        self._make_pids_dir(me.name, reap=reap)
+
+    def _make_pids_dir(self, name: str, *, reap: bool) -> None:
+        """This server's directory in the cgroup v1 pids hierarchy, where unsandboxed commands'
+        limits are set. Not in the v2 one: there a child's pids controller must be enabled in
+        its parent's cgroup.subtree_control, which the server's own cgroup does not grant here,
+        and which is not done (nor tested) yet where it would."""
+        base = _pids_v1_dir()
+        if base is None:
+            self.limit_detail = (f"{_NO_LIMIT}no cgroup v1 pids hierarchy is mounted, and the cgroup v2 pids "
+                                 "controller is not used yet")
+            return
+        if reap:
+            for stale in self._stale(base):
+                _kill_members(stale)
+        try:
+            (base / name).mkdir(mode=0o755)
+        except OSError as exc:
+            self.limit_detail = f"{_NO_LIMIT}cannot create a cgroup in {base} ({exc.strerror})"
+            return
+        self.pids_dir = base / name
+        self.limit_detail = (f"[sandbox] max_processes, as pids.max of a cgroup v1 pids group per command, in {base}")
 
     def _unlock(self, ident: str) -> None:
         if self._lock_fd is not None:
@@ -239,18 +304,19 @@ class Tracker:
             os.close(fd)
         return False
 
-    def reap_stale(self, base: Path) -> list[Path]:
-        """Kill and remove the cgroups of this state directory's servers that are gone."""
-        killed = []
+    def _stale(self, base: Path) -> list[Path]:
+        """The cgroups in ``base`` of this state directory's servers that are gone."""
         try:
             names = [n for n in os.listdir(base) if n.startswith(self._prefix)]
         except OSError:
-            return killed
-        for name in names:
-            ident = name[len(self._prefix):]
-            if self._owner_alive(ident):
-                continue
-            group = base / name
+            return []
+        return [base / name for name in names if not self._owner_alive(name[len(self._prefix):])]
+
+    def reap_stale(self, base: Path) -> list[Path]:
+        """Kill and remove the cgroups of this state directory's servers that are gone."""
+        killed = []
+        for group in self._stale(base):
+            ident = group.name[len(self._prefix):]
             if _procs(group):
                 log.warning("killing the processes a stopped server left in %s", group)
             kill_tree(group)
@@ -261,8 +327,11 @@ class Tracker:
             killed.append(group)
         return killed
 
-    def new_group(self) -> Path | None:
-        """A fresh cgroup for one command, or None when cgroups are not in use."""
+    def new_group(self, max_processes: int = 0) -> Path | None:
+        """A fresh cgroup for one command, or None when cgroups are not in use. With
+        ``max_processes`` (an unsandboxed command's limit) and a pids hierarchy, its mirror
+        there holds that many processes and threads at most (:meth:`limit_dir`); when that
+        cannot be set the command must not run: ToolError."""
         if self.server_dir is None:
             return None
         self._counter += 1
@@ -279,20 +348,82 @@ class Tracker:
         except OSError as exc:
             log.warning("cannot create %s (%s); the command runs under a keeper", group, exc.strerror)
             return None
+        if max_processes and self.pids_dir is not None:
+            try:
+                self._limit(group.name, max_processes)
+            except OSError as exc:
+                self.release(group)
+                from ..contract import ToolError
+
+                raise ToolError(
+                    f"cannot set the command's process limit ([sandbox] max_processes = {max_processes}) in "
+                    f"{self.pids_dir}: {exc.strerror or exc}; the command did not run. To proceed: retry, or ask the "
+                    "operator to check that cgroup (or to set max_processes = 0, no limit)",
+                    code="spawn_failed",
+                ) from exc
         return group
+
+    def _limit(self, name: str, max_processes: int) -> None:
+        assert self.pids_dir is not None
+        mirror = self.pids_dir / name
+        try:
+            mirror.mkdir()
+        except FileNotFoundError:  # removed under us (an operator's clean-up): make it again
+            self.pids_dir.mkdir(mode=0o755, exist_ok=True)
+            mirror.mkdir()
+        try:
+            _write(mirror / "pids.max", str(max_processes))
+        except OSError:
+            remove_tree(mirror)
+            raise
+
+    def limit_dir(self, group: Path | None) -> Path | None:
+        """The pids mirror of ``group`` when its command's processes are limited, else None."""
+        if group is None or self.pids_dir is None:
+            return None
+        mirror = self.pids_dir / group.name
+        return mirror if mirror.is_dir() else None
+
+    def release(self, group: Path) -> bool:
+        """Remove a finished command's cgroup and its pids mirror; False if either is still in use."""
+        removed = remove_tree(group)
+        mirror = self.limit_dir(group)
+        if mirror is not None:
+            removed = remove_tree(mirror) and removed
+        return removed
 
     def stop(self) -> None:
         if self.server_dir is not None:
             kill_tree(self.server_dir)
             self._unlock(self.server_dir.name[len(self._prefix):])
             self.server_dir = None
+        if self.pids_dir is not None:
+            _kill_members(self.pids_dir)  # emptied with the cgroups above, unless moved out of them
+            self.pids_dir = None
 
 
-def wrap_argv(group: Path | None, argv: list[str]) -> list[str]:
-    """``argv`` preceded by the stub that joins ``group``, or by the keeper without one."""
+def wrap_argv(group: Path | None, argv: list[str], limit: Path | None = None) -> list[str]:
+    """``argv`` preceded by the stub that joins ``group`` (and ``limit``, its pids mirror), or
+    by the keeper without one."""
     if group is None:
         return [sys.executable, "-I", "-S", KEEPER, *argv]
+    if limit is not None:
+        return [SH, "-c", _JOIN_LIMITED, str(group), str(limit), *argv]
     return [SH, "-c", _JOIN, str(group), *argv]
+
+
+def _kill_members(group: Path) -> None:
+    """SIGKILL what a cgroup v1 directory (and those below it) holds, then remove them: v1 has
+    no cgroup.kill, and a forking process is caught by the next round."""
+    deadline = time.monotonic() + _KILL_WAIT_S
+    while (pids := _procs(group)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.005)
+    remove_tree(group)
 
 
 def signal_group(group: Path | None, signum: int) -> int:

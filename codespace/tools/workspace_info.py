@@ -31,7 +31,9 @@ class WorkspaceInfo(Model):
     protected: list[str] = Field(description="Read-only inside writable roots (names at any depth, '/x' anchored).")
     symlinks: str
     network: dict[str, Any]
-    sandbox: dict[str, Any] = Field(description="Policy mode, engine in use, Landlock ABI, what cannot be enforced.")
+    sandbox: dict[str, Any] = Field(description="Policy mode, engine in use, Landlock ABI, what cannot be enforced; "
+                                    "process_tracking: how a command's processes are tracked, and whether an "
+                                    "unsandboxed one's are limited (of the worker when commands run there).")
     commands: dict[str, Any]
     env: dict[str, Any]
     limits: dict[str, Any]
@@ -56,10 +58,23 @@ def _sandbox_section(call: ToolCall) -> dict[str, Any]:
         section.update(engine=None, available=False, detail="no sandbox plugin is installed (codespace-linux-sandbox)")
     else:
         section.update(backend.info().model_dump())
-    if call.processes is not None:  # how a command's processes are found again to be killed
-        tracker = call.processes.tracker
-        section["process_tracking"] = {"mechanism": tracker.mechanism, "detail": tracker.detail}
+    section["process_tracking"] = _process_tracking(call)
     return section
+
+
+def _process_tracking(call: ToolCall) -> dict[str, Any]:
+    """How a command's processes are found again to be killed, and whether an unsandboxed
+    one's are limited: the tracker of the process the commands run in (a worker reports its own)."""
+    if call.backends.commands_remote():
+        reported = call.backends.runtime().get("process_tracking")
+        if reported is not None:
+            return reported
+        return {"mechanism": None, "detail": "the worker that runs the commands is not serving yet; its own "
+                "tracking is shown once it is", "unsandboxed_process_limit": None}
+    if call.processes is None:
+        return {"mechanism": None, "detail": "this server runs no commands", "unsandboxed_process_limit": None}
+    tracker = call.processes.tracker
+    return {"mechanism": tracker.mechanism, "detail": tracker.detail, "unsandboxed_process_limit": tracker.limit_detail}
 
 
 async def workspace_info(call: ToolCall, args: WorkspaceInfoArgs) -> WorkspaceInfo:
