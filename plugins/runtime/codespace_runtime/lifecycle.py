@@ -86,6 +86,8 @@ class Worker:
         self.pid: int | None = None
         self.starts = 0
         self.last_failure: str | None = None
+        self.process_tracking: dict[str, Any] | None = None  # the worker's, from its status
+        self._checked = False  # the connected worker's report was read and its policy matched
         self.stopped = False
         self.expected_digest = policy_digest(getattr(workspace, "policy_path", None))
         self._listeners: list[Any] = []
@@ -95,11 +97,15 @@ class Worker:
     # -- state --------------------------------------------------------------------
 
     def serving(self) -> bool:
+        """Connected, and its report checked (the policy it loaded): until then no call may use it."""
+        return self._checked and self._connected()
+
+    def _connected(self) -> bool:
         return self._client is not None and _is_open(self._client) and self._process_alive()
 
     def _note_idle_death(self) -> None:
         """A worker that died between calls: say so (workspace_info, doctor) before replacing it."""
-        if self._client is not None and not self.serving() and not self.stopped:
+        if self._checked and not self._connected() and not self.stopped:
             self.last_failure = f"the {self.mode} worker (pid {self.pid}) {self._exit_now()} while idle"
             self._record()
 
@@ -125,6 +131,8 @@ class Worker:
         if serving:
             out["fast_lane"] = self._client.lane_state  # type: ignore[union-attr]
             out["lane_spin_us"] = self.workspace.policy.runtime.lane_spin_us
+            if self.process_tracking is not None:
+                out["process_tracking"] = self.process_tracking
         if self.last_failure:
             out["last_failure"] = self.last_failure
         return out
@@ -170,6 +178,7 @@ class Worker:
                     self._client.on_lost(fn)
                 try:
                     await self._check_digest()
+                    self._checked = True
                 except BaseException:
                     await self._discard()
                     raise
@@ -197,6 +206,7 @@ class Worker:
         # The runner's own report: the policy it judges requests by (the welcome's digest is the
         # worker's, taken before the runner loaded the file the server named).
         status, _ = await self._client.call("status", {})  # type: ignore[union-attr]
+        self.process_tracking = status.get("process_tracking")  # where the commands now run
         got = status.get("policy_digest", self._client.welcome.policy_digest)  # type: ignore[union-attr]
         if got != self.expected_digest:
             self.last_failure = (f"the worker loaded a different policy (digest {got}) than this server "
@@ -236,6 +246,7 @@ class Worker:
         return "closed the connection"
 
     async def _discard(self) -> None:
+        self._checked = False
         if self._client is not None:
             await self._client.close()
             self._client = None

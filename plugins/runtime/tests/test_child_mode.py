@@ -46,6 +46,9 @@ async def test_child_says_what_it_serves_and_runs_commands_in_the_worker(make_ap
         info = await call_ok(client, "workspace_info")
         assert info["server"]["protocols"] == {"sandbox_handshake": 1, "worker_socket": 5}
         assert info["backends"]["filesystem"] == "fs"  # the mechanism; the worker runs it
+        # How commands' processes are tracked is the worker's tracker's, not this idle server's.
+        tracking = info["sandbox"]["process_tracking"]
+        assert tracking == runtime["process_tracking"] and tracking["mechanism"] in ("cgroup", "subreaper"), tracking
         with open(f"/proc/{runtime['pid']}/status") as f:
             assert "\nPPid:\t%d\n" % os.getpid() in f.read()
         ran = await call_ok(client, "exec", {"command": ["sh", "-c", "cat a.txt"]})
