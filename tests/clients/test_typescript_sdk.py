@@ -133,6 +133,30 @@ def test_every_tool_under_the_landlock_engine_with_a_process_limit(ws, state, tm
     assert report["ok"] > 200
 
 
+def test_every_tool_with_the_sandbox_off_and_a_process_limit(ws, state, tmp_path):
+    """The same run with the sandbox off and ``max_processes``: workspace_info shows the client
+    how unsandboxed commands are limited, and a command forking past the limit is refused
+    (EAGAIN) where the host has a writable cgroup v1 pids hierarchy (CI's does)."""
+    node, modules = _require("sdk1")
+    from codespace.processes.tracking import _pids_v1_dir
+
+    pids = _pids_v1_dir()
+    if pids is None or os.geteuid() != 0 or not os.access(pids, os.W_OK):
+        pytest.skip("needs root and a writable cgroup v1 pids hierarchy")
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[sandbox]\nmode = "off"\nmax_processes = 40\n')
+    forks = ("import os, time\nfor n in range(200):\n    try:\n        pid = os.fork()\n    except OSError as exc:\n"
+             "        print('refused', exc.errno, 'after', n); break\n    if pid == 0:\n        time.sleep(30); os._exit(0)\n")
+    report = _run(node, modules, {
+        "CS_SDK": "sdk1", "CS_TRANSPORT": "stdio", "CS_WORKSPACE": str(ws),
+        "CS_INFO_WANTS": json.dumps(['"unsandboxed_process_limit":"[sandbox] max_processes, as pids.max']),
+        "CS_EXTRA_EXEC": json.dumps({"args": {"command": [sys.executable, "-I", "-S", "-c", forks]},
+                                     "wants": ["refused 11 after"]}),
+        "CS_SERVER_CMD": json.dumps(_server_argv(ws, state, "--policy", str(policy))),
+    })
+    assert report["ok"] > 200
+
+
 def _worker_cli(action: str, ws: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "codespace_runtime.cli", action, "--workspace", str(ws)],
                           capture_output=True, text=True, timeout=60, env={**os.environ, **env})

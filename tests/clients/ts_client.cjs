@@ -13,6 +13,8 @@
 //                    JSON, default this one's) or "http" (CS_URL, CS_TOKEN)
 //   CS_WORKSPACE     the workspace root the server serves
 //   CS_INFO_WANTS    optional: a JSON list of strings workspace_info's structured content must hold
+//   CS_EXTRA_EXEC    optional: JSON {"args": exec's arguments, "wants": strings its text must hold}, one more
+//                    exec call made after the others
 // Prints one JSON line {"ok": n, "failed": [...], "tools": [...]} and exits 1 when a check failed.
 "use strict";
 
@@ -29,6 +31,7 @@ const SDK = need("CS_SDK");
 const TRANSPORT = need("CS_TRANSPORT");
 const WS = need("CS_WORKSPACE");
 const INFO_WANTS = JSON.parse(process.env.CS_INFO_WANTS || "[]");
+const EXTRA_EXEC = process.env.CS_EXTRA_EXEC ? JSON.parse(process.env.CS_EXTRA_EXEC) : null;
 
 function loadSdk() {
   if (SDK === "sdk1") {
@@ -288,6 +291,7 @@ async function main() {
   const names = listed.tools.map((t) => t.name).sort();
   await files(client);
   await commands(client);
+  if (EXTRA_EXEC) await expectOk(client, "exec", EXTRA_EXEC.args, { text: EXTRA_EXEC.wants });
   await cancellation(client);
   await operations(client);
   for (const name of names) check(`tool ${name} was called`, called.has(name), [...called]);
