@@ -20,14 +20,15 @@ import anyio
 import pytest
 from mcp import Client
 
-from codespace.processes.tracking import Tracker, _pids_v1_dir
+from codespace.processes.pids_limit import pids_v1_dir
+from codespace.processes.tracking import Tracker
 from codespace.testing import call_ok, connect, server_pids
 
 from .servers import UNPRIVILEGED, alive, make_dir, serve_params, shared_tmp
 
 pytestmark = pytest.mark.anyio
 
-PIDS = _pids_v1_dir()
+PIDS = pids_v1_dir()
 needs_pids = pytest.mark.skipif(
     PIDS is None or os.geteuid() != 0 or not os.access(PIDS, os.W_OK),
     reason="needs root and a writable cgroup v1 pids hierarchy (hybrid cgroups, as CI's host has)",

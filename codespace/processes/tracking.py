@@ -16,12 +16,8 @@ directory is free) is killed and removed by the next server of the same state
 directory, so a daemon that survived the crash dies at the restart whatever it
 did to its session, group or signals.
 
-Where the host also mounts a cgroup v1 ``pids`` hierarchy the server may write (root on a
-host with hybrid cgroups, where the v2 hierarchy has no controllers), each unsandboxed
-command's cgroup has a mirror there whose ``pids.max`` is ``[sandbox] max_processes``: a
-sandboxed command's limit is counted in its own user namespace instead (the sandbox
-plugin), and an unsandboxed one otherwise had none, so a fork bomb took the host down.
-``limit_detail`` says whether unsandboxed commands are limited, and how or why not.
+An unsandboxed command's cgroup may also have a mirror that limits its processes
+(``pids_limit``); ``limit_detail`` says whether, and how or why not.
 
 Where no cgroup can be made, each command runs under a keeper (``keeper.py``): a
 child subreaper that holds every process the command starts, kills what is left
@@ -42,10 +38,12 @@ import sys
 import time
 from pathlib import Path
 
+from .cgroupfs import KILL_WAIT_S, kill_procs, procs, remove_tree, write
+from .pids_limit import NONE, PidsLimit
+
 log = logging.getLogger(__name__)
 
 ENV_CGROUP = "CODESPACE_CGROUP"
-_KILL_WAIT_S = 2.0
 
 # The stub a command starts as: join the cgroup named by $0, then become the command.
 # POSIX sh reads no start-up file when non-interactive (bash as sh ignores BASH_ENV).
@@ -81,32 +79,6 @@ def _own_cgroup() -> str | None:
     return None
 
 
-def _pids_v1_dir() -> Path | None:
-    """This process's cgroup directory in a mounted cgroup v1 ``pids`` hierarchy, or None."""
-    mount = own = None
-    root = "/"
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                fields = right.split()
-                if len(fields) >= 3 and fields[0] == "cgroup" and "pids" in fields[2].split(","):
-                    root, mount = left.split()[3:5]  # a container's mount may show only its own subtree
-                    break
-        with open("/proc/self/cgroup", encoding="utf-8") as f:
-            for line in f:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if "pids" in controllers.split(","):
-                    own = path
-    except (OSError, ValueError):
-        return None
-    if mount is None or own is None:
-        return None
-    if root != "/" and (own == root or own.startswith(root + "/")):
-        own = own[len(root):] or "/"
-    return Path(mount + own.rstrip("/")) if own != "/" else Path(mount)
-
-
 def _base_dir(env: dict[str, str] | os._Environ[str]) -> tuple[Path | None, str]:
     """The directory server cgroups are made in, or None and why not."""
     configured = env.get(ENV_CGROUP)
@@ -121,26 +93,6 @@ def _base_dir(env: dict[str, str] | os._Environ[str]) -> tuple[Path | None, str]
     if own is None:
         return None, "this process has no cgroup v2 membership (/proc/self/cgroup)"
     return Path(mount + own.rstrip("/")) if own != "/" else Path(mount), f"own cgroup {own} at {mount}"
-
-
-def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def _procs(group: Path) -> list[int]:
-    """Every process in ``group`` and the cgroups below it."""
-    pids: list[int] = []
-    for dirpath, _, files in os.walk(group):
-        if "cgroup.procs" in files:
-            try:
-                pids += [int(x) for x in Path(dirpath, "cgroup.procs").read_text().split()]
-            except (OSError, ValueError):
-                pass
-    return pids
 
 
 def _populated(group: Path) -> bool:
@@ -158,39 +110,16 @@ def kill_tree(group: Path) -> None:
     if not group.exists():
         return
     try:
-        _write(group / "cgroup.kill", "1")
+        write(group / "cgroup.kill", "1")
     except OSError:
-        for pid in _procs(group):  # kernels before 5.14 have no cgroup.kill
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-    deadline = time.monotonic() + _KILL_WAIT_S
+        kill_procs(group)  # kernels before 5.14 have no cgroup.kill
+    deadline = time.monotonic() + KILL_WAIT_S
     while _populated(group) and time.monotonic() < deadline:
         time.sleep(0.005)
     remove_tree(group)
 
 
-def remove_tree(group: Path) -> bool:
-    """rmdir ``group`` and its children, deepest first; False if any is still in use."""
-    ok = True
-    for dirpath, dirnames, _ in os.walk(group, topdown=False):
-        for name in dirnames:
-            try:
-                os.rmdir(os.path.join(dirpath, name))
-            except OSError:
-                ok = False
-    try:
-        os.rmdir(group)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        ok = False
-    return ok
-
-
 _FALLBACK = "a keeper per command (child subreaper) holds its processes, since no cgroup can be made"
-_NO_LIMIT = "none (sandboxed commands are limited by the sandbox): "
 LOCKS = "cgroup-locks"  # in the state directory: one flock per live server, held for its life
 
 
@@ -206,10 +135,9 @@ class Tracker:
         self._locks = Path(state_dir) / LOCKS
         self._env = os.environ if env is None else env
         self.server_dir: Path | None = None
-        self.pids_dir: Path | None = None  # this server's directory in the cgroup v1 pids hierarchy
+        self.limits = PidsLimit()  # unsandboxed commands' process limits
         self.mechanism = "subreaper"
         self.detail = "not started"
-        self.limit_detail = "not started"  # the process limit of unsandboxed commands
         self._counter = 0
         self._lock_fd: int | None = None
 
@@ -229,7 +157,7 @@ class Tracker:
         base, where = _base_dir(self._env)
         if base is None:
             self.detail = f"{_FALLBACK}: {where}"
-            self.limit_detail = f"{_NO_LIMIT}no cgroup can be made ({where})"
+            self.limits.detail = f"{NONE}no cgroup can be made ({where})"
             return
         if reap:
             self.reap_stale(base)
@@ -246,39 +174,23 @@ class Tracker:
         except OSError as exc:
             self._unlock(ident)
             self.detail = f"{_FALLBACK}: cannot create a cgroup in {base} ({exc.strerror})"
-            self.limit_detail = f"{_NO_LIMIT}no cgroup can be made in {base}"
+            self.limits.detail = f"{NONE}no cgroup can be made in {base}"
             return
         if not os.access(me / "cgroup.procs", os.W_OK):
             remove_tree(me)
             self._unlock(ident)
             self.detail = f"{_FALLBACK}: {me}/cgroup.procs is not writable"
-            self.limit_detail = f"{_NO_LIMIT}no cgroup can be made in {base}"
+            self.limits.detail = f"{NONE}no cgroup can be made in {base}"
             return
         self.server_dir = me
         self.mechanism = "cgroup"
         self.detail = f"a cgroup v2 per command, in {base} ({where}), killed with cgroup.kill"
-        self._make_pids_dir(me.name, reap=reap)
+        self.limits.start(me.name, self._stale if reap else None)
 
-    def _make_pids_dir(self, name: str, *, reap: bool) -> None:
-        """This server's directory in the cgroup v1 pids hierarchy, where unsandboxed commands'
-        limits are set. Not in the v2 one: there a child's pids controller must be enabled in
-        its parent's cgroup.subtree_control, which the server's own cgroup does not grant here,
-        and which is not done (nor tested) yet where it would."""
-        base = _pids_v1_dir()
-        if base is None:
-            self.limit_detail = (f"{_NO_LIMIT}no cgroup v1 pids hierarchy is mounted, and the cgroup v2 pids "
-                                 "controller is not used yet")
-            return
-        if reap:
-            for stale in self._stale(base):
-                _kill_members(stale)
-        try:
-            (base / name).mkdir(mode=0o755)
-        except OSError as exc:
-            self.limit_detail = f"{_NO_LIMIT}cannot create a cgroup in {base} ({exc.strerror})"
-            return
-        self.pids_dir = base / name
-        self.limit_detail = (f"[sandbox] max_processes, as pids.max of a cgroup v1 pids group per command, in {base}")
+    @property
+    def limit_detail(self) -> str:
+        """Whether unsandboxed commands' processes are limited, and how or why not."""
+        return self.limits.detail
 
     def _unlock(self, ident: str) -> None:
         if self._lock_fd is not None:
@@ -317,7 +229,7 @@ class Tracker:
         killed = []
         for group in self._stale(base):
             ident = group.name[len(self._prefix):]
-            if _procs(group):
+            if procs(group):
                 log.warning("killing the processes a stopped server left in %s", group)
             kill_tree(group)
             try:
@@ -348,41 +260,24 @@ class Tracker:
         except OSError as exc:
             log.warning("cannot create %s (%s); the command runs under a keeper", group, exc.strerror)
             return None
-        if max_processes and self.pids_dir is not None:
+        if max_processes and self.limits.directory is not None:
             try:
-                self._limit(group.name, max_processes)
+                self.limits.limit(group.name, max_processes)
             except OSError as exc:
                 self.release(group)
                 from ..contract import ToolError
 
                 raise ToolError(
                     f"cannot set the command's process limit ([sandbox] max_processes = {max_processes}) in "
-                    f"{self.pids_dir}: {exc.strerror or exc}; the command did not run. To proceed: retry, or ask the "
+                    f"{self.limits.directory}: {exc.strerror or exc}; the command did not run. To proceed: retry, or ask the "
                     "operator to check that cgroup (or to set max_processes = 0, no limit)",
                     code="spawn_failed",
                 ) from exc
         return group
 
-    def _limit(self, name: str, max_processes: int) -> None:
-        assert self.pids_dir is not None
-        mirror = self.pids_dir / name
-        try:
-            mirror.mkdir()
-        except FileNotFoundError:  # removed under us (an operator's clean-up): make it again
-            self.pids_dir.mkdir(mode=0o755, exist_ok=True)
-            mirror.mkdir()
-        try:
-            _write(mirror / "pids.max", str(max_processes))
-        except OSError:
-            remove_tree(mirror)
-            raise
-
     def limit_dir(self, group: Path | None) -> Path | None:
         """The pids mirror of ``group`` when its command's processes are limited, else None."""
-        if group is None or self.pids_dir is None:
-            return None
-        mirror = self.pids_dir / group.name
-        return mirror if mirror.is_dir() else None
+        return None if group is None else self.limits.mirror(group.name)
 
     def release(self, group: Path) -> bool:
         """Remove a finished command's cgroup and its pids mirror; False if either is still in use."""
@@ -397,9 +292,7 @@ class Tracker:
             kill_tree(self.server_dir)
             self._unlock(self.server_dir.name[len(self._prefix):])
             self.server_dir = None
-        if self.pids_dir is not None:
-            _kill_members(self.pids_dir)  # emptied with the cgroups above, unless moved out of them
-            self.pids_dir = None
+        self.limits.stop()
 
 
 def wrap_argv(group: Path | None, argv: list[str], limit: Path | None = None) -> list[str]:
@@ -412,32 +305,18 @@ def wrap_argv(group: Path | None, argv: list[str], limit: Path | None = None) ->
     return [SH, "-c", _JOIN, str(group), *argv]
 
 
-def _kill_members(group: Path) -> None:
-    """SIGKILL what a cgroup v1 directory (and those below it) holds, then remove them: v1 has
-    no cgroup.kill, and a forking process is caught by the next round."""
-    deadline = time.monotonic() + _KILL_WAIT_S
-    while (pids := _procs(group)) and time.monotonic() < deadline:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.005)
-    remove_tree(group)
-
-
 def signal_group(group: Path | None, signum: int) -> int:
     """Send ``signum`` to every process in ``group``; SIGKILL uses cgroup.kill."""
     if group is None or not group.exists():
         return 0
     if signum == signal.SIGKILL:
         try:
-            _write(group / "cgroup.kill", "1")
+            write(group / "cgroup.kill", "1")
             return 1
         except OSError:
             pass
     sent = 0
-    for pid in _procs(group):
+    for pid in procs(group):
         try:
             os.kill(pid, signum)
             sent += 1

@@ -138,9 +138,9 @@ def test_every_tool_with_the_sandbox_off_and_a_process_limit(ws, state, tmp_path
     how unsandboxed commands are limited, and a command forking past the limit is refused
     (EAGAIN) where the host has a writable cgroup v1 pids hierarchy (CI's does)."""
     node, modules = _require("sdk1")
-    from codespace.processes.tracking import _pids_v1_dir
+    from codespace.processes.pids_limit import pids_v1_dir
 
-    pids = _pids_v1_dir()
+    pids = pids_v1_dir()
     if pids is None or os.geteuid() != 0 or not os.access(pids, os.W_OK):
         pytest.skip("needs root and a writable cgroup v1 pids hierarchy")
     policy = tmp_path / "policy.toml"
