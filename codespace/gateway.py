@@ -13,7 +13,6 @@ import json
 import logging
 import secrets
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from .contract import BackendMissing, Refused, RunnerLost, ToolError
 from .contract.gate import path_syntax_refusal, paths_refusal
+from .outcome import Outcome, error_outcome, refusal_outcome
 from .policy import normalize
 from .store import OperationRecord
 from .surrogates import describe as describe_surrogate
@@ -41,42 +41,6 @@ log = logging.getLogger(__name__)
 
 ARGUMENT_SUMMARY_CHARS = 2000
 FOREIGN_WAIT_S = 30.0  # how long to wait for a duplicate another server is running
-
-
-ERROR_META_KEY = "codespace/error"
-"""Where an error result carries its machine-readable form: ``_meta["codespace/error"]``."""
-
-
-@dataclass
-class Outcome:
-    """What the server turns into a CallToolResult.
-
-    A success carries ``structured`` (valid against the tool's output schema) and a text
-    block. An error carries no structured content at all: clients built on the TypeScript
-    SDK 1.x validate ``structuredContent`` whenever it is present, error or not, and an
-    ``{"error": ...}`` object matches no tool's output schema, so the call would throw and
-    the agent would see nothing. The error is the text block (what every client shows the
-    model) and, for programs, ``error`` sent as ``_meta["codespace/error"]``, which no
-    client validates."""
-
-    is_error: bool
-    text: str
-    structured: dict[str, Any] | None
-    error: dict[str, Any] | None = None
-
-    @property
-    def meta(self) -> dict[str, Any] | None:
-        return {ERROR_META_KEY: self.error} if self.error is not None else None
-
-    def stored(self) -> dict[str, Any] | None:
-        """The form kept in the operation record (get_operation shows it)."""
-        if self.error is None:
-            return self.structured
-        error = {k: v for k, v in self.error.items() if k not in ("operation_id", "replayed", "status")}
-        stored: dict[str, Any] = {"error": error}
-        if "operation_id" in self.error:
-            stored["operation_id"] = self.error["operation_id"]
-        return stored
 
 
 def new_operation_id() -> str:
@@ -138,7 +102,7 @@ class Gateway:
         tool = self.registry.get(name)
         if tool is None:
             known = ", ".join(sorted(t.name for t in self.registry))
-            return _error("unknown_tool", f"unknown tool {name!r}; available tools: {known}")
+            return error_outcome("unknown_tool", f"unknown tool {name!r}; available tools: {known}")
         raw_args = raw_args or {}
 
         limit = self.workspace.limits.max_argument_bytes
@@ -153,11 +117,11 @@ class Gateway:
 
         surrogate_at = find_lone_surrogate(raw_args)
         if surrogate_at is not None:
-            return _error("invalid_arguments", describe_surrogate(name, surrogate_at), {"argument": surrogate_at})
+            return error_outcome("invalid_arguments", describe_surrogate(name, surrogate_at), {"argument": surrogate_at})
         try:
             args = tool.arguments.model_validate(raw_args)
         except ValidationError as exc:
-            return _error("invalid_arguments", describe_validation_error(name, exc))
+            return error_outcome("invalid_arguments", describe_validation_error(name, exc))
 
         call = ToolCall(
             tool=tool, workspace=self.workspace, backends=self.backends, plugins=self.plugins, store=self.store,
@@ -175,7 +139,7 @@ class Gateway:
             except Refused as refused:
                 return await self._record_refusal(tool, None, refused, raw_args, client)
             except ToolError as exc:
-                return _error(exc.code, exc.message, exc.details)
+                return error_outcome(exc.code, exc.message, exc.details)
             return await self._run(tool, args, call)
         return await self._call_with_operation(tool, args, call, needs)
 
@@ -188,7 +152,7 @@ class Gateway:
         args_hash = arguments_hash(tool.name, dumped)
         began = await self.store.begin(operation_id, tool.name, args_hash, _summary(dumped), call.client)
         if began.outcome == "conflict":
-            return _error(
+            return error_outcome(
                 "operation_conflict",
                 f"operation_id {operation_id!r} was already used for a different call "
                 f"({began.record.tool}, status {began.record.status}); use a new operation_id for a new call, "
@@ -208,7 +172,7 @@ class Gateway:
             except ToolError as exc:
                 # Nothing ran (no backend, a patch that does not parse): the key stays free for a retry.
                 await self.store.forget(operation_id)
-                return _error(exc.code, exc.message, exc.details)
+                return error_outcome(exc.code, exc.message, exc.details)
             return await self._run(tool, args, call)
         finally:
             del self._inflight[operation_id]
@@ -242,7 +206,7 @@ class Gateway:
                 text = json.dumps(structured, ensure_ascii=False)
             return Outcome(False, text, structured)
         if record.status == "running":
-            return _error(
+            return error_outcome(
                 "operation_running",
                 f"operation {record.operation_id} is still running in another server; poll get_operation "
                 "and do not start it again.",
@@ -321,7 +285,7 @@ class Gateway:
         self, tool: ToolDefinition, operation_id: str | None, refusal: Refused, raw_args: dict[str, Any], client: str | None
     ) -> Outcome:
         operation_id = operation_id or new_operation_id()
-        outcome = _refusal_outcome(refusal, operation_id)
+        outcome = refusal_outcome(refusal, operation_id)
         await self.store.insert_finished(
             OperationRecord(
                 operation_id=operation_id, tool=tool.name, args_hash=arguments_hash(tool.name, raw_args),
@@ -333,7 +297,7 @@ class Gateway:
         return outcome
 
     async def _finish_refused(self, tool: ToolDefinition, operation_id: str, refusal: Refused) -> Outcome:
-        outcome = _refusal_outcome(refusal, operation_id)
+        outcome = refusal_outcome(refusal, operation_id)
         await self.store.finish(operation_id, "refused", result=outcome.stored(), error=refusal.message, rule=refusal.rule)
         log.info("refused %s (%s): %s", tool.name, refusal.rule, refusal.message)
         return outcome
@@ -365,9 +329,9 @@ class Gateway:
         except BackendMissing as exc:
             if operation_id is not None:
                 await self.store.forget(operation_id)
-            return _error(exc.code, exc.message, exc.details)
+            return error_outcome(exc.code, exc.message, exc.details)
         except RunnerLost as exc:  # the worker died: nothing ran (key free again) or it may have run
-            outcome = _error(exc.code, exc.message, exc.details, operation_id)
+            outcome = error_outcome(exc.code, exc.message, exc.details, operation_id)
             if operation_id is not None:
                 if exc.dispatched:
                     await self.store.finish(operation_id, "interrupted", result=outcome.stored(), error=exc.message)
@@ -379,7 +343,7 @@ class Gateway:
                 return await self._record_refusal(tool, None, refusal, {}, call.client)
             return await self._finish_refused(tool, operation_id, refusal)
         except ToolError as exc:
-            outcome = _error(exc.code, exc.message, exc.details, operation_id)
+            outcome = error_outcome(exc.code, exc.message, exc.details, operation_id)
             if operation_id is not None:
                 # A shutdown that stopped the work is a cancellation, not the call's failure.
                 status = "cancelled" if exc.code == "shutting_down" else "failed"
@@ -392,7 +356,7 @@ class Gateway:
                 f"internal error in {tool.name} (provided by {owner}): {type(exc).__name__}: {exc}. "
                 "This is a bug in CodeSpace or the plugin, not in your request; the server log has the traceback."
             )
-            outcome = _error("internal_error", message, None, operation_id)
+            outcome = error_outcome("internal_error", message, None, operation_id)
             if operation_id is not None:
                 await self.store.finish(operation_id, "failed", result=outcome.stored(), error=message)
             return outcome
@@ -411,17 +375,3 @@ class Gateway:
                     log.exception("the result of operation %s could not be recorded; a retry with its "
                                   "operation_id will say it is still running", operation_id)
         return Outcome(False, tool.render_text(result, structured), structured)
-
-
-def _error(code: str, message: str, details: dict[str, Any] | None = None, operation_id: str | None = None) -> Outcome:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if details:
-        error["details"] = details
-    if operation_id is not None:
-        error["operation_id"] = operation_id
-    return Outcome(True, message, None, error)
-
-
-def _refusal_outcome(refusal: Refused, operation_id: str) -> Outcome:
-    error = {"code": "refused", "rule": refusal.rule, "message": refusal.message, "operation_id": operation_id}
-    return Outcome(True, refusal.message, None, error)

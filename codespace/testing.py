@@ -113,7 +113,7 @@ async def connect(app_or_workspace: App | str | os.PathLike[str], *, mode: str =
 
 def structured(result: Any) -> dict[str, Any]:
     """A success's structured content; for an error, ``{"error": ...}`` from its ``_meta``
-    (error results carry no structured content: see codespace.gateway.Outcome)."""
+    (error results carry no structured content: see codespace.outcome.Outcome)."""
     if result.is_error:
         assert result.structured_content is None, "an error result must not carry structuredContent"
         return {"error": (result.meta or {})[ERROR_META_KEY]}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..app import App
-    from ..gateway import Outcome
+    from ..outcome import Outcome
 
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -32,7 +32,7 @@ def tool_result(outcome: Outcome, *, modern: bool) -> dict[str, Any]:
     Keys are in the order the SDK's result model writes them, so a road that writes
     this itself (after :func:`.wire.stamp_server_info` on a modern answer) sends the
     SDK's bytes. An error's machine-readable form travels in ``_meta``: errors carry no
-    ``structuredContent`` (see :class:`codespace.gateway.Outcome`)."""
+    ``structuredContent`` (see :class:`codespace.outcome.Outcome`)."""
     result: dict[str, Any] = {}
     meta = outcome.meta
     if meta is not None:
