@@ -22,7 +22,7 @@ from mcp import Client
 
 from codespace.processes.pids_limit import pids_v1_dir
 from codespace.processes.tracking import Tracker
-from codespace.testing import call_ok, connect, server_pids
+from codespace.testing import WORKER_ENV, call_error, call_ok, connect, server_pids
 
 from .servers import UNPRIVILEGED, alive, make_dir, serve_params, shared_tmp
 
@@ -95,6 +95,26 @@ async def test_an_unsandboxed_commands_forks_stop_at_the_limit(make_app, state):
             await anyio.sleep(0.02)
         assert _groups(server_dir) == []
     assert _mirrors(state) == []  # the server's own directory goes with it
+
+
+@needs_pids
+async def test_a_command_whose_limit_cannot_be_set_does_not_run(make_app, ws, tmp_path):
+    if os.environ.get(WORKER_ENV):
+        pytest.skip("the commands run in the worker, whose tracker is another process's")
+    app = make_app(_policy(40))
+    async with connect(app) as client:
+        limits = app.processes.tracker.limits
+        real, limits.directory = limits.directory, tmp_path / "not-a-cgroup"  # no pids.max to write there
+        limits.directory.mkdir()
+        try:
+            failed = await call_error(client, "exec", {"command": ["touch", "ran"]})
+        finally:
+            limits.directory = real
+        assert failed["code"] == "spawn_failed", failed
+        assert "[sandbox] max_processes = 40" in failed["message"] and "did not run" in failed["message"], failed
+        assert not (ws / "ran").exists()
+        assert list((tmp_path / "not-a-cgroup").iterdir()) == []  # its mirror was removed
+        assert (await call_ok(client, "exec", {"command": ["touch", "ran"]}))["exit_code"] == 0  # the next one runs
 
 
 @needs_pids
