@@ -27,6 +27,7 @@ _END = b'\n{"type":"end"'
 _MAX_ERRORS = 50
 _EAGER_WAKEUPS = 16  # a small search ends within these: read at once, no added latency
 _BATCH_SECONDS = 0.005
+_QUIET_CHECK_S = 0.2  # how long rg may stay silent before we look at what it waits for
 
 
 def _grow_pipe(fd: int) -> None:
@@ -38,7 +39,8 @@ def _grow_pipe(fd: int) -> None:
 
 
 class Stopped(Exception):
-    """The search was stopped from outside: ``reason`` is 'cancelled' or 'timeout'."""
+    """The search was stopped: ``reason`` is 'cancelled' or 'timeout' (from outside), or
+    'fifo': rg waits to open a FIFO (a ``.gitignore`` made one), which no writer will ever open."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -79,11 +81,17 @@ class RgRun:
         buf = b""
         dropping = skip = False
         wakeups = 0
+        heard = time.monotonic()
         while True:
             self._check_stop()
             ready, _, _ = select.select([fd], [], [], 0.05)
             if not ready:
+                if time.monotonic() - heard > _QUIET_CHECK_S:
+                    if self._waits_on_fifo():
+                        raise Stopped("fifo")
+                    heard = time.monotonic()
                 continue
+            heard = time.monotonic()
             wakeups += 1
             if wakeups > _EAGER_WAKEUPS:
                 # A long search: rg writes each file's records as it finishes the file, about
@@ -120,6 +128,23 @@ class RgRun:
             if not skip and len(buf) > self.max_record:
                 buf, dropping = b"", True
                 on_oversize()
+
+    def _waits_on_fifo(self) -> bool:
+        """Is one of rg's threads blocked opening a FIFO (the kernel's ``wait_for_partner``)?
+        rg opens every ``.gitignore`` it meets, and an agent can make one a FIFO: without
+        this, the search waited out its whole timeout and answered nothing."""
+        try:
+            tasks = os.listdir(f"/proc/{self.proc.pid}/task")
+        except OSError:
+            return False
+        for tid in tasks:
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{tid}/wchan", encoding="ascii", errors="replace") as f:
+                    if f.read().strip() == "wait_for_partner":
+                        return True
+            except OSError:
+                continue
+        return False
 
     def _check_stop(self) -> None:
         if self.cancel is not None and self.cancel.is_set():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import subprocess
 import threading
 import time
@@ -60,6 +61,8 @@ def _run(args: GrepArgs, argv: list[str], target: Target, resume, limits, cancel
     except Stopped as stop:
         if stop.reason == "cancelled":
             raise ToolError(f"the search of {args.path} was cancelled", code="cancelled") from None
+        if stop.reason == "fifo":
+            raise _fifo_refusal(args, target) from None
         timed_out = True
     finally:
         if status is None:  # stopped early, or failed here: rg must not run on
@@ -84,6 +87,29 @@ def _no_link_view():  # noqa: ANN202
 
 
 _view_warned = False
+
+
+def _fifo_refusal(args: GrepArgs, target: Target) -> ToolError:
+    """What stopped rg: the first ``.gitignore`` below the searched directory that is a FIFO
+    (looked for only once rg is found waiting on one; links are not followed)."""
+    found = None
+    top = f"/proc/self/fd/{target.fd}"
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        if ".gitignore" in filenames:
+            try:
+                if stat.S_ISFIFO(os.lstat(os.path.join(dirpath, ".gitignore")).st_mode):
+                    found = os.path.relpath(os.path.join(dirpath, ".gitignore"), top)
+                    break
+            except OSError:
+                continue
+    where = os.path.join(args.path, found) if found else "a .gitignore file below it"
+    return ToolError(
+        f"gitignore=true made ripgrep open {where}, which is a FIFO (named pipe), not a file: it waits for a "
+        f"writer that never comes, so the search of {args.path} was stopped with nothing found. To proceed: "
+        "remove or rename that FIFO, or search with gitignore=false.",
+        code="not_regular", details={"argument": "gitignore", **({"path": where} if found else {})},
+    )
 
 
 def _rg_failure(args: GrepArgs, lines: list[bytes]) -> ToolError:

@@ -228,6 +228,30 @@ async def test_a_fifo_in_the_tree_does_not_hang(mcp_client, ws):
     assert error["code"] == "not_regular" and "FIFO" in error["message"]
 
 
+@pytest.mark.parametrize("where", [".gitignore", "src/deep/.gitignore"])
+async def test_a_fifo_made_a_gitignore_stops_the_search_at_once_and_says_so(mcp_client, ws, where):
+    """Found by testing: rg opens every .gitignore it meets, and opening a FIFO waits for a
+    writer; any command can make one. grep with gitignore=true then waited out its whole
+    timeout (20 s) and answered "0 matches" as if truncated. Now rg is found waiting on the
+    FIFO, stopped, and the answer names it."""
+    ws.mkdir(exist_ok=True)
+    (ws / "src" / "deep").mkdir(parents=True)
+    (ws / "src" / "a.txt").write_text("needle\n")
+    os.mkfifo(ws / where)
+    async with mcp_client() as client:
+        start = time.monotonic()
+        with anyio.fail_after(15):
+            error = await call_error(client, "grep", {"pattern": "needle", "gitignore": True})
+        assert time.monotonic() - start < 5, "the search waited on the FIFO"
+        assert error["code"] == "not_regular", error
+        assert f"{where}, which is a FIFO (named pipe)" in error["message"] and "gitignore=false" in error["message"]
+        assert not rg_children()  # the stopped rg is gone
+        fine = await call_ok(client, "grep", {"pattern": "needle"})  # without gitignore nothing opens it
+        assert _paths(fine) == ["src/a.txt"]
+        os.unlink(ws / where)
+        assert _paths(await call_ok(client, "grep", {"pattern": "needle", "gitignore": True})) == ["src/a.txt"]
+
+
 async def test_huge_lines(mcp_client, ws):
     ws.mkdir(exist_ok=True)
     (ws / "a_long.txt").write_text("x" * 200_000 + " needle\n")
