@@ -16,7 +16,7 @@ from . import grep_cursor, grep_view
 from .grep_argv import build_argv, hidden_below, rg_binary
 from .grep_collect import Collector
 from .grep_models import DEFAULT_MAX_BYTES, DEFAULT_MAX_MATCHES, GrepArgs
-from .grep_process import RgRun, Stopped
+from .grep_process import MEMORY_LIMIT, OUT_OF_MEMORY, RgRun, Stopped
 from .grep_target import Target, open_target
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,8 @@ def _run(args: GrepArgs, argv: list[str], target: Target, resume, limits, cancel
         if status is None:  # stopped early, or failed here: rg must not run on
             run.stop(kill=True)
     collect.finish_file()
+    if any(line.startswith(OUT_OF_MEMORY) for line in run.failure):
+        raise _out_of_memory(args)
     if not timed_out and status == 2 and not collect.saw_output:
         raise _rg_failure(args, run.failure)
     return _result(args, collect, run, timed_out)
@@ -109,6 +111,17 @@ def _fifo_refusal(args: GrepArgs, target: Target) -> ToolError:
         f"writer that never comes, so the search of {args.path} was stopped with nothing found. To proceed: "
         "remove or rename that FIFO, or search with gitignore=false.",
         code="not_regular", details={"argument": "gitignore", **({"path": where} if found else {})},
+    )
+
+
+def _out_of_memory(args: GrepArgs) -> ToolError:
+    return ToolError(
+        f"the search of {args.path} was stopped: ripgrep needed more than the {MEMORY_LIMIT >> 20} MiB of memory "
+        "grep allows it" + (" (most likely a .gitignore with very many patterns: gitignore=true compiles them all)"
+                            if args.gitignore else " (a very long line, or a very large pattern)")
+        + ". To proceed: " + ("search with gitignore=false (leave paths out with exclude globs), or " if args.gitignore
+                              else "") + "narrow path or include.",
+        code="grep_failed", details={"limit_bytes": MEMORY_LIMIT},
     )
 
 

@@ -252,6 +252,23 @@ async def test_a_fifo_made_a_gitignore_stops_the_search_at_once_and_says_so(mcp_
         assert _paths(await call_ok(client, "grep", {"pattern": "needle", "gitignore": True})) == ["src/a.txt"]
 
 
+async def test_a_gitignore_of_very_many_patterns_is_stopped_by_rgs_memory_limit(mcp_client, ws):
+    """Found by testing: 300,000 patterns in a .gitignore (6.7 MB: any command can write it) took
+    rg 110 s and 6.5 GB of memory with gitignore=true, on a host shared with the server. rg's heap
+    is limited now: it fails within seconds and the answer says why and what to do instead."""
+    ws.mkdir(exist_ok=True)
+    (ws / "a.txt").write_text("needle\n")
+    (ws / ".gitignore").write_text("".join(f"dir{i}/**/*.x{i}\n" for i in range(300_000)))
+    async with mcp_client() as client:
+        with anyio.fail_after(100):
+            error = await call_error(client, "grep", {"pattern": "needle", "gitignore": True, "timeout_ms": 90_000})
+        assert error["code"] == "grep_failed", error
+        assert "more than the 1024 MiB of memory grep allows it" in error["message"], error
+        assert "gitignore=false" in error["message"], error
+        assert not rg_children()
+        assert _paths(await call_ok(client, "grep", {"pattern": "needle"})) == ["a.txt"]  # without it: as ever
+
+
 async def test_huge_lines(mcp_client, ws):
     ws.mkdir(exist_ok=True)
     (ws / "a_long.txt").write_text("x" * 200_000 + " needle\n")
