@@ -17,10 +17,10 @@ from .names import join
 from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, Confinement
 
 
-def ancestor_scopes(conf: Confinement, path: str) -> tuple[ignore.Scope, ...]:
+def ancestor_scopes(conf: Confinement, path: str, budget: ignore.PatternBudget | None = None) -> tuple[ignore.Scope, ...]:
     """Ignore files above the walked directory, up to the repository top (the
     nearest directory holding ``.git``), as git applies them; lowest precedence
-    first."""
+    first. ``budget``: the walk's, which these spend first."""
     root = conf.root_for(path)
     rel = root.rel(path)
     parts = rel.split("/") if rel else []
@@ -48,11 +48,11 @@ def ancestor_scopes(conf: Confinement, path: str) -> tuple[ignore.Scope, ...]:
             below = "/".join(parts[i:])
             pre = below + "/" if below else ""
             if i == top:
-                spec = _load_below(fd, (".git", "info"), "exclude", join(chain[i], ".git/info/exclude"))
+                spec = _load_below(fd, (".git", "info"), "exclude", join(chain[i], ".git/info/exclude"), budget)
                 if spec is not None:
                     scopes.append(ignore.Scope(0, pre, spec))
             if i < len(chain) - 1:  # the walked directory's own file is read by the walk
-                spec = ignore.load_at(fd, ".gitignore", join(chain[i], ".gitignore"))
+                spec = ignore.load_at(fd, ".gitignore", join(chain[i], ".gitignore"), budget)
                 if spec is not None:
                     scopes.append(ignore.Scope(0, pre, spec))
         return tuple(scopes)
@@ -61,7 +61,8 @@ def ancestor_scopes(conf: Confinement, path: str) -> tuple[ignore.Scope, ...]:
             os.close(fd)
 
 
-def _load_below(fd: int, dirs: tuple[str, ...], name: str, shown: str):  # noqa: ANN202
+def _load_below(fd: int, dirs: tuple[str, ...], name: str, shown: str,  # noqa: ANN202
+                budget: ignore.PatternBudget | None = None):
     """An ignore file some directories below ``fd``, each opened without following links."""
     held: list[int] = []
     try:
@@ -69,7 +70,7 @@ def _load_below(fd: int, dirs: tuple[str, ...], name: str, shown: str):  # noqa:
         for d in dirs:
             cur = os.open(d, os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC, dir_fd=cur)
             held.append(cur)
-        return ignore.load_at(cur, name, shown)
+        return ignore.load_at(cur, name, shown, budget)
     except OSError:
         return None
     finally:

@@ -81,7 +81,7 @@ def collect(conf: Confinement, request: WalkRequest, limits, cancel: threading.E
     start = conf.open(path, O_PATH | O_DIR, need="read", follow_last=True, action="walk")
     walk = _Walk(conf, request, lim, include, exclude, start.path)
     try:
-        scopes = ancestor_scopes(conf, path) if request.gitignore else ()
+        scopes = ancestor_scopes(conf, path, walk.patterns) if request.gitignore else ()
     except BaseException:
         os.close(start.fd)
         raise
@@ -101,7 +101,7 @@ def collect(conf: Confinement, request: WalkRequest, limits, cancel: threading.E
         truncated_reason = f"max_depth ({lim.depth}): deeper directories were not read"
     return {
         "path": path, "entries": walk.entries, "truncated": truncated_reason is not None,
-        "truncated_reason": truncated_reason, "errors": walk.problems, "dirs_visited": walk.dirs,
+        "truncated_reason": truncated_reason, "errors": walk.patterns.skipped + walk.problems, "dirs_visited": walk.dirs,
     }
 
 
@@ -129,6 +129,7 @@ class _Walk:
         self.plain = include is None and exclude is None and not self.gitignore and self.include_hidden
         self.entries: list[dict] = []
         self.problems: list[dict] = []
+        self.patterns = ignore.PatternBudget()  # the ignore files' patterns it may still compile
         self.queue: list[tuple] = []
         self.owned: list[int] = []
         self.seen: set[tuple[int, int]] = set()
@@ -187,7 +188,8 @@ class _Walk:
             with os.scandir(fd) as it:
                 found = sorted(it, key=_by_name)
             if self.gitignore:
-                spec = ignore.load_at(fd, ".gitignore", join(real_dir, ".gitignore"))
+                spec = ignore.load_at(fd, ".gitignore", join(shown_dir, ".gitignore") if shown_dir else ".gitignore",
+                                      self.patterns)
                 if spec is not None:
                     scopes = (*scopes, ignore.Scope(len(raw_dir) + 1 if raw_dir else 0, "", spec))
         except OSError as exc:

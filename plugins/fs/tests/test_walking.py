@@ -126,6 +126,37 @@ async def test_gitignore_nested_negation_and_info_exclude(make_app, ws, mode):
     assert paths(sub) == [".gitignore", "lib.c", "x.tmp"]
 
 
+async def test_ignore_files_past_the_walks_pattern_budget_are_reported_not_compiled(make_app, ws, mode):
+    """Found by testing: a 1 MiB .gitignore of 48,678 patterns, which any command can write,
+    took one walk 24 s of the server's CPU (pathspec compiles each pattern). A walk compiles at
+    most 10,000 now; an ignore file past that is not applied, and the walk's errors say so."""
+    from codespace_fs.ignore import MAX_WALK_PATTERNS
+
+    many = "".join(f"dir{i}/**/*.x{i}\n" for i in range(MAX_WALK_PATTERNS + 1))
+    half = MAX_WALK_PATTERNS // 2
+    make_tree(ws, {
+        ".gitignore": "*.tmp\n# a comment is not a pattern\n",
+        "a.tmp": "", "main.c": "",
+        "big": {".gitignore": many, "x.tmp": "", "y.c": ""},
+        "half": {".gitignore": "".join(f"h{i}.log\n" for i in range(half - 1)), "h1.log": "", "k.c": ""},
+        "next": {".gitignore": "*.c\n" + "".join(f"n{i}.log\n" for i in range(half)), "n.c": "", "n.txt": ""},
+    })
+    async with connect(make_app(), mode=mode) as client:
+        start = time.monotonic()
+        out = await call_ok(client, "walk", {"gitignore": True})
+        elapsed = time.monotonic() - start
+    assert elapsed < 10, elapsed
+    # Root's file (1 pattern) and half's fit in the budget; big's does not, nor next's after them.
+    assert paths(out) == [".gitignore", "big", "half", "main.c", "next", "big/.gitignore", "big/y.c",
+                          "half/.gitignore", "half/k.c", "next/.gitignore", "next/n.c", "next/n.txt"]
+    errors = {e["path"]: e["message"] for e in out["errors"]}
+    assert set(errors) == {"big/.gitignore", "next/.gitignore"}, errors
+    assert f"it holds {MAX_WALK_PATTERNS + 1} patterns, and one walk compiles at most {MAX_WALK_PATTERNS}" \
+        in errors["big/.gitignore"] and "gitignore=false" in errors["big/.gitignore"]
+    assert f"it holds {half + 1} patterns" in errors["next/.gitignore"]
+    assert f"({MAX_WALK_PATTERNS - half} were left)" in errors["next/.gitignore"]
+
+
 async def test_hidden_entries_and_pruning(make_app, ws, mode):
     make_tree(ws, TREE)
     async with connect(make_app(), mode=mode) as client:
