@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .walk_ignore import Scope, ignored, in_git_repo, scopes_here
+from .walk_ignore import PatternBudget, Scope, ignored, in_git_repo, scopes_here
 
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_OPEN = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -110,6 +110,7 @@ class _Walk:
         self.ancestors: set[tuple[int, int]] = set()
         self.skip: set[str] = set()
         """Directories not to descend into (``walk_index`` keeps what it had below them)."""
+        self.patterns = PatternBudget()  # the ignore patterns this walk may still compile
 
     def hidden(self, real: str) -> bool:
         if self.rules is None:
@@ -161,7 +162,7 @@ class _Walk:
         names = {e.name for e in found}
         if not in_repo and ".git" in names:
             in_repo = True
-        here = scopes_here(fd, rel, in_repo) if (".ignore" in names or ".gitignore" in names) else []
+        here = scopes_here(fd, rel, in_repo, self.patterns) if (".ignore" in names or ".gitignore" in names) else []
         if here:
             scopes = (*here, *scopes)
         pre = rel + "/" if rel else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,29 @@ async def test_truncation_is_reported(ws, mcp_client):
     async with mcp_client(policy="[limits]\nwalk_max_entries = 7\n") as client:
         got = await call_ok(client, "find_files", {"query": "f"})
     assert got["truncated"] and "max_entries" in got["truncated_reason"] and got["entries_walked"] == 7
+
+
+async def test_ignore_files_past_the_walks_pattern_budget_are_not_compiled(ws, mcp_client):
+    """Found by testing: two 1 MiB ignore files of 48,678 patterns each, which any command can
+    write, kept one find_files busy for 50 s (pathspec compiles each pattern in the server),
+    past the walk's own 10 s bound. A walk compiles at most MAX_WALK_PATTERNS now; a file past
+    that is not applied, as one over 1 MiB is not."""
+    from codespace_file_search.walk_ignore import MAX_WALK_PATTERNS
+
+    _touch(ws, ".git/HEAD", "keep.c", "drop.log", "big/x.tmp", "big/y.c")
+    (ws / ".gitignore").write_text("*.log\n")
+    (ws / "big" / ".ignore").write_text("".join(f"dir{i}/**/*.x{i}\n" for i in range(MAX_WALK_PATTERNS)) + "*.tmp\n")
+    async with mcp_client() as client:
+        start = time.monotonic()
+        got = await call_ok(client, "find_files", {"query": "c"})
+        found = await call_ok(client, "find_files", {"query": "tmp"})
+        elapsed = time.monotonic() - start
+        logs = await call_ok(client, "find_files", {"query": "log"})
+    assert elapsed < 5, elapsed
+    paths = [f["path"] for f in got["files"]]
+    assert "keep.c" in paths and "big/y.c" in paths
+    assert [f["path"] for f in found["files"]] == ["big/x.tmp"]  # big/.ignore was not applied
+    assert "drop.log" not in [f["path"] for f in logs["files"]]  # the root's small one was
 
 
 @pytest.mark.parametrize("arguments, words", [
