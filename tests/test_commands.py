@@ -294,9 +294,10 @@ async def test_a_command_that_sigkills_itself_under_the_keeper(make_app, mode, m
     Python refuses; it exited 1 with a traceback instead of ending as its command did."""
     monkeypatch.setenv("CODESPACE_CGROUP", "off")
     async with connect(make_app(), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": "echo before; kill -9 $$", "separate_stderr": True})
+        # After a command: with a worker, its tracker is reported once it serves.
         info = await call_ok(client, "workspace_info")
         assert info["sandbox"]["process_tracking"]["mechanism"] == "subreaper", info["sandbox"]
-        out = await call_ok(client, "exec", {"command": "echo before; kill -9 $$", "separate_stderr": True})
         assert out["output"] == "before\n" and "Traceback" not in (out["stderr"] or ""), out
         assert (out["exit_code"], out["signal"]) == (137, "SIGKILL"), out
 
@@ -325,6 +326,7 @@ async def test_what_a_command_leaves_behind_ends_with_it(make_app, mode, monkeyp
         monkeypatch.setenv("CODESPACE_CGROUP", "off")
     tag = f"cs-left-{tracking}-{os.getpid()}"
     async with connect(make_app('[sandbox]\nmode = "off"\n'), mode=mode) as client:
+        await call_ok(client, "exec", {"command": ["true"]})  # a worker, if one is set, serves from here on
         info = await call_ok(client, "workspace_info")
         if info["sandbox"]["process_tracking"]["mechanism"] != tracking:
             pytest.skip(f"{tracking} tracking is not available here")
