@@ -38,6 +38,7 @@ from typing import Any
 from mcp import Client
 
 from .app import App
+from .outcome import ERROR_META_KEY
 from .server import build_server
 from .workspace import Workspace
 
@@ -52,7 +53,6 @@ APPS_ONLY_ENV = "CODESPACE_TEST_APPS_ONLY"
 """A file ``$CODESPACE_TEST_APPS_RECORD`` wrote: only the tests it lists run. ``$CODESPACE_TEST_WORKER``
 changes nothing but the Apps ``build_app`` makes, so a worker run of the tests that made none
 would repeat the first run's code exactly; CI's worker pass runs only the others."""
-ERROR_META_KEY = "codespace/error"  # as codespace.gateway sends it
 
 _policy_numbers = itertools.count(1)
 _apps_built = 0  # build_app's calls so far: the pytest plugin below reads it around each test

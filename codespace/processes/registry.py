@@ -254,16 +254,13 @@ class ProcessRegistry:
         if sandbox is not None and not fast:
             spec = sandbox[0].wrap(spec, sandbox[1])
         spec, writers = prepare_inherited(spec)
+        group = None
         try:
             # A sandboxed command's process limit is the sandbox's (counted in its own user
             # namespace); an unsandboxed one's is its cgroup's, where the host has a pids hierarchy.
             group = None if fast else self.tracker.new_group(
                 self.workspace.policy.sandbox.max_processes if sandbox is None else 0)
-        except BaseException:
-            close_parent_copies(spec)
-            raise
-        limit = self.tracker.limit_dir(group)
-        try:
+            limit = self.tracker.limit_dir(group)
             if fast:
                 pipe = await PipeProcess.launch(spec, *sandbox)
                 return _Started(spec, pipe, [lambda: pipe.read("stdout"), lambda: pipe.read("stderr")], group, writers, fast)

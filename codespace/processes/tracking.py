@@ -192,6 +192,10 @@ class Tracker:
         """Whether unsandboxed commands' processes are limited, and how or why not."""
         return self.limits.detail
 
+    def report(self) -> dict[str, str]:
+        """What ``workspace_info.sandbox.process_tracking`` shows of this tracker."""
+        return {"mechanism": self.mechanism, "detail": self.detail, "unsandboxed_process_limit": self.limit_detail}
+
     def _unlock(self, ident: str) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)

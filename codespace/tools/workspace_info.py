@@ -73,8 +73,7 @@ def _process_tracking(call: ToolCall) -> dict[str, Any]:
                 "tracking is shown once it is", "unsandboxed_process_limit": None}
     if call.processes is None:
         return {"mechanism": None, "detail": "this server runs no commands", "unsandboxed_process_limit": None}
-    tracker = call.processes.tracker
-    return {"mechanism": tracker.mechanism, "detail": tracker.detail, "unsandboxed_process_limit": tracker.limit_detail}
+    return call.processes.tracker.report()
 
 
 async def workspace_info(call: ToolCall, args: WorkspaceInfoArgs) -> WorkspaceInfo:

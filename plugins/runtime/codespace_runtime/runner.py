@@ -237,8 +237,7 @@ def handlers_for(
         return {
             "workspace": str(workspace.root), "policy_digest": digest, "serves": SERVES, "commands": "worker",
             "sessions": len(registry.sessions()),
-            "process_tracking": {"mechanism": registry.tracker.mechanism, "detail": registry.tracker.detail,
-                                 "unsandboxed_process_limit": registry.tracker.limit_detail},
+            "process_tracking": registry.tracker.report(),
             "backends": {k: providers.get(k) for k in ("filesystem", "patcher")}, "plugin_failures": failed,
         }
 
