@@ -200,6 +200,9 @@ class Limits(_Strict):
     walk_max_dirs: int = Field(default=10_000, ge=1)
     walk_max_entries: int = Field(default=50_000, ge=1)
     walk_max_response_bytes: int = Field(default=4 * MiB, ge=1024)
+    walk_max_ms: int = Field(default=10_000, ge=1)
+    """Time one walk may take: the tree's ignore files are agent-written, and matching each entry
+    against thousands of their patterns costs milliseconds (a walk stops with ``truncated``)."""
 
 
 class PluginsPolicy(_Strict):

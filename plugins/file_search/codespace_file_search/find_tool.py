@@ -22,8 +22,6 @@ from . import LIMIT
 # the tool's definition: a server without a kept tool listing builds the listing from the
 # definitions while its client waits.
 
-WALK_SECONDS = 10.0
-
 
 class FindFilesArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -58,7 +56,7 @@ def bounds_of(limits):  # noqa: ANN001, ANN201 - codespace Limits -> walk.Bounds
     from .walk import Bounds
 
     return Bounds(entries=limits.walk_max_entries, dirs=limits.walk_max_dirs, depth=limits.walk_max_depth,
-                  seconds=WALK_SECONDS)
+                  seconds=limits.walk_max_ms / 1000)
 
 
 def _search(args: FindFilesArgs, root: str, rules, limits, cancel: threading.Event) -> FindFilesResult:  # noqa: ANN001

@@ -30,6 +30,7 @@ from .walk_ignore import PatternBudget, Scope, ignored, in_git_repo, scopes_here
 
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_OPEN = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_MATCHES_PER_CLOCK_CHECK = 64  # against an ignore file of 2,000 patterns, 64 entries take 0.1 s
 
 
 def _open_exactly(real: str) -> int | None:
@@ -171,6 +172,7 @@ class _Walk:
         listed = self.out.entries
         limit = self.bounds.entries
         ruled = self.ruled
+        clock = 0
         for entry in found:  # the hot loop of a large tree: no stat, no call it can skip
             name = entry.name
             if ruled and self.hidden(real_pre + name):
@@ -190,8 +192,13 @@ class _Walk:
                 self.out.errors += 1
                 continue
             path = pre + name
-            if scopes and ignored(scopes, path, is_dir):
-                continue
+            if scopes:
+                clock += 1
+                if clock == _MATCHES_PER_CLOCK_CHECK:
+                    clock = 0
+                    self.check_time()
+                if ignored(scopes, path, is_dir):
+                    continue
             if len(listed) >= limit:
                 self.add(path, name, is_dir)  # records the bound and stops
             listed.append((path, name, is_dir))

@@ -98,6 +98,20 @@ async def test_truncation_is_reported(ws, mcp_client):
     assert got["truncated"] and "max_entries" in got["truncated_reason"] and got["entries_walked"] == 7
 
 
+async def test_the_walks_time_bound_is_the_policys(ws, mcp_client):
+    """limits.walk_max_ms bounds find_files' walk as it does the walk tool's (10 s by default)."""
+    from codespace_file_search.walk_ignore import MAX_WALK_PATTERNS
+
+    (ws / ".ignore").write_text("".join(f"dir{i}/**/*.x{i}\n" for i in range(MAX_WALK_PATTERNS - 1)))
+    _touch(ws, *[f"d/f{j}.txt" for j in range(5000)])  # in one directory: the bound is checked within it
+    async with mcp_client(policy="[limits]\nwalk_max_ms = 1500\n") as client:
+        start = time.monotonic()
+        got = await call_ok(client, "find_files", {"query": "f"})
+        elapsed = time.monotonic() - start
+    assert got["truncated"] and got["truncated_reason"] == "time (1.5 s)", got["truncated_reason"]
+    assert elapsed < 7, elapsed  # unbounded: about 12 s (the warm-up walk and the search each stop at the bound)
+
+
 async def test_ignore_files_past_the_walks_pattern_budget_are_not_compiled(ws, mcp_client):
     """Found by testing: two 1 MiB ignore files of 48,678 patterns each, which any command can
     write, kept one find_files busy for 50 s (pathspec compiles each pattern in the server),

@@ -7,7 +7,8 @@ refused (``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``, or ``openat(O_NOFOLLOW)`` pe
 component), so renaming a directory mid-walk or swapping it for a link cannot
 carry the walk elsewhere; it is reported as an entry error instead.
 Limits (upstream defaults, policy ``limits.walk_*``): depth 64, 10,000 directories,
-50,000 entries, 4 MiB of response; hitting one sets ``truncated``.
+50,000 entries, 4 MiB of response; and ours, 10 s of walking (``walk_max_ms``): hitting one
+sets ``truncated``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import errno
 import os
 import stat
 import threading
+import time
 from operator import attrgetter
 
 from codespace.contract import EntryError, FsError, WalkRequest, WalkResult
@@ -31,6 +33,7 @@ _DIR_READ = os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC
 _BELOW = kernel.RESOLVE_BENEATH | kernel.RESOLVE_NO_SYMLINKS | kernel.RESOLVE_NO_MAGICLINKS
 ENTRY_OVERHEAD = 48  # JSON around one entry: {"path":"","kind":"directory","size":null,"depth":1},
 MAX_FOLLOWED_LINKS = 256
+_ENTRIES_PER_CLOCK_CHECK = 64  # matched against thousands of ignore patterns, 64 entries take 0.1 s
 
 
 class Limits:
@@ -39,6 +42,7 @@ class Limits:
         self.dirs = _clamp(request.max_dirs, limits.walk_max_dirs)
         self.entries = _clamp(request.max_entries, limits.walk_max_entries)
         self.bytes = _clamp(request.max_bytes, limits.walk_max_response_bytes)
+        self.ms = limits.walk_max_ms
 
 
 def _clamp(requested: int | None, limit: int) -> int:
@@ -138,6 +142,17 @@ class _Walk:
         self.truncated_reason: str | None = None
         self.depth_cut = lim.depth == 0
         self.dirs = 0
+        self.deadline = time.monotonic() + lim.ms / 1000
+
+    def out_of_time(self) -> bool:
+        if time.monotonic() <= self.deadline:
+            return False
+        # Ignore files in the tree are the usual cause: any command can write thousands of patterns,
+        # and every entry below them is matched against each.
+        self.truncated_reason = (
+            f"walk_max_ms ({self.lim.ms} ms of walking): to see the rest, walk a deeper path, lower max_depth, "
+            "leave directories out with exclude, or walk with gitignore=false")
+        return True
 
     def run(self, cancel: threading.Event | None) -> None:
         queue = self.queue
@@ -151,6 +166,8 @@ class _Walk:
             head += 1
             if self.dirs >= lim.dirs:
                 self.truncated_reason = f"max_dirs ({lim.dirs} directories read)"
+                break
+            if self.out_of_time():
                 break
             read = self._read_dir(base, rel, raw_dir, shown_dir, real_dir, scopes)
             if read is None:
@@ -257,8 +274,14 @@ class _Walk:
         max_entries = self.lim.entries
         budget = self.budget
         used = self.used
+        clock = 0
         try:
             for entry in found:
+                clock += 1
+                if clock == _ENTRIES_PER_CLOCK_CHECK:
+                    clock = 0
+                    if self.out_of_time():
+                        break
                 name = entry.name
                 if name[0] == "." and not include_hidden:
                     continue
