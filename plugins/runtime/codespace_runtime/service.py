@@ -1,5 +1,5 @@
-"""The worker's side of protocol 5: one connection (:func:`serve_connection`) or a listener
-(:func:`serve_listener`, which checks every peer's uid before it reads a byte).
+"""The worker's side of protocol 5 on one connection (:func:`serve_connection`; the listener
+that accepts them is ``listener.py``).
 
 A connection greets, waits for ``hello`` (answering only ``status`` before it), then runs each
 request as its own task, so a slow ``fs.walk`` does not hold up a ``ping``. Nothing a peer sends
@@ -16,7 +16,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from pydantic import ValidationError
 
@@ -25,7 +25,6 @@ from .framing import FrameError, send_frame
 from .framing import close_all as _close
 from .lane_service import Lanes
 from .reader import FrameReader
-from .sockets import peer_credentials
 
 Handler = Callable[[dict, list[int]], Awaitable["dict | tuple[dict, list[int]]"]]
 ErrorMapper = Callable[[BaseException], "p.Error | None"]
@@ -343,7 +342,6 @@ def _liveness() -> dict:
     return {"protocols": [p.PROTOCOL], "worker": p.WORKER_VERSION, "alive": True}
 
 
-
 def welcome(*, workspace: str, policy_digest: str | None) -> dict:
     return p.Welcome(policy_digest=policy_digest, pid=os.getpid(), uid=os.getuid(), workspace=workspace).model_dump()
 
@@ -364,53 +362,3 @@ async def serve_connection(sock: socket.socket, token: bytes, handlers: Mapping[
         await connection.run()
     finally:
         sock.close()
-
-
-async def serve_listener(listener: socket.socket, token: bytes, handlers: Mapping[str, Handler],
-                         status: Callable[[], dict], *, allowed_uids: Collection[int],
-                         errors: ErrorMapper | None = None, workspace: str = "",
-                         policy_digest: str | None = None, stop: asyncio.Event | None = None,
-                         hub: Connections | None = None, drain: Drain | None = None,
-                         lane_spin_s: float = 0.0) -> None:
-    """Accept and serve connections until ``stop`` is set (by a ``shutdown`` or the caller).
-    A peer whose uid is not in ``allowed_uids`` is closed before a byte is read or written.
-    ``drain`` runs once ``stop`` is set, while the connections are still open (the runner ends
-    its sessions there, and their owners are told)."""
-    loop = asyncio.get_running_loop()
-    listener.setblocking(False)
-    stop = stop if stop is not None else asyncio.Event()
-    hub = hub if hub is not None else Connections()
-    allowed = frozenset(allowed_uids)
-    connections: set[asyncio.Task] = set()
-
-    async def accept_forever() -> None:
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(listener)
-            except OSError as exc:  # EMFILE and the like: say so, breathe, go on
-                _log.error("accept failed: %s", exc)
-                await asyncio.sleep(0.1)
-                continue
-            pid, uid, _gid = peer_credentials(conn)
-            if uid not in allowed:
-                _log.warning("refused a connection from pid %d uid %d: not an allowed uid (%s)", pid, uid,
-                             ", ".join(map(str, sorted(allowed))))
-                conn.close()
-                continue
-            task = asyncio.create_task(serve_connection(conn, token, handlers, status, errors=errors,
-                                                        workspace=workspace, policy_digest=policy_digest,
-                                                        stop=stop, hub=hub, lane_spin_s=lane_spin_s))
-            connections.add(task)
-            task.add_done_callback(connections.discard)
-
-    accepting = asyncio.create_task(accept_forever())
-    try:
-        await stop.wait()
-        accepting.cancel()
-        if drain is not None:
-            await drain()
-    finally:
-        accepting.cancel()
-        for task in list(connections):
-            task.cancel()
-        await asyncio.gather(accepting, *connections, return_exceptions=True)

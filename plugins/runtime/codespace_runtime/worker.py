@@ -26,7 +26,8 @@ from codespace.contract import gate
 from . import daemon, sockets, tokens
 from .hardening import UMASK_ENV, current_umask, harden_worker, reexec_without_ld
 from .lane_client import spin_seconds
-from .service import Drain, Handler, serve_connection, serve_listener
+from .listener import serve_listener
+from .service import Drain, Handler, serve_connection
 
 EXIT_USAGE = 2
 _log = logging.getLogger("codespace_runtime.worker")
