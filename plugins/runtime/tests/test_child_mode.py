@@ -153,3 +153,39 @@ async def test_the_sandboxs_services_run_in_the_worker_not_in_the_server(make_ap
         assert out["sandboxed"] and out["exit_code"] == 0 and out["output"].startswith("http://"), out
         local = app.backends.in_process().sandbox()
         assert local.proxy is None, "the server ran an egress proxy for a sandbox it does not use"
+
+
+@pytest.mark.parametrize("policy_matches", [True, False], ids=["same-policy", "other-policy"])
+async def test_a_caller_never_gets_a_worker_whose_policy_is_still_being_checked(make_app, ws, policy_matches):
+    """Found in review (a2ec0ec): while the first caller was still reading a new worker's
+    report (the policy digest it loaded), a second caller got the connected worker at once,
+    and with it a worker whose policy might not be the server's. A second caller now waits
+    for the check, and shares its outcome."""
+    import asyncio
+
+    from codespace.contract import RunnerLost
+    from codespace_runtime.lifecycle import ChildWorker
+
+    app = make_app(policy=CHILD)
+    worker = ChildWorker(app.workspace, record=False)
+    if not policy_matches:
+        worker.expected_digest = "0" * 64  # as if the worker had loaded another policy file
+    try:
+        first = asyncio.create_task(worker.client())
+        with anyio.fail_after(20):
+            while worker._client is None and not first.done():
+                await asyncio.sleep(0)
+        # The first caller has a connection and is reading the worker's report: no await lies
+        # between the two. This is the moment a second caller must not be handed the worker.
+        assert not first.done()
+        second = asyncio.create_task(worker.client())
+        await asyncio.sleep(0)
+        assert not second.done(), f"the second caller got {second.result()!r} before the check ended"
+        results = await asyncio.gather(first, second, return_exceptions=True)
+        if policy_matches:
+            assert results[0] is results[1] and worker.serving() and worker.starts == 1
+        else:
+            assert all(isinstance(r, RunnerLost) for r in results), results
+            assert "loaded a different policy" in str(results[1]) and not worker.serving()
+    finally:
+        await worker.stop()
