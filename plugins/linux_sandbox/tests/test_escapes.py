@@ -54,6 +54,25 @@ def test_hard_links_cannot_carry_writes_out(sandbox_env):
     assert (env.ws / ".git" / "config").stat().st_nlink == 1 and (env.outside / "target").stat().st_nlink == 1
 
 
+def test_what_the_command_reads_of_pid_1(sandbox_env):
+    """PID 1 is bwrap under bubblewrap (its own PID namespace), the host's init under Landlock.
+    Neither shows the command's environment or the host's: bwrap gets its options through a
+    memfd and runs with an empty environment; the host's init is not the command's to read."""
+    secret = "codespace-" + os.urandom(6).hex()
+    code, out, err = sandbox_env.run(
+        ["/bin/sh", "-c", "tr '\\0' ' ' </proc/1/cmdline; echo; echo ENVIRON; tr '\\0' '\\n' </proc/1/environ"],
+        env={"CODESPACE_SECRET": secret})
+    assert code in (0, 2), err  # 2: the shell could not open the host init's environment (Landlock)
+    cmdline, _, environ = out.partition("ENVIRON\n")
+    assert secret not in out + err
+    words = cmdline.split()
+    if os.path.basename(words[0]) == "bwrap":
+        assert words[1] == "--args" and words[2].isdigit() and words[3] == "--", cmdline  # then the command
+        assert environ == "" and code == 0, (environ, err)
+    else:
+        assert "Permission denied" in err and environ == "", (environ, err)
+
+
 def test_proc_self_root(sandbox_env):
     env = sandbox_env
     sh(env, f"echo x > /proc/self/root{env.outside}/via-root; echo x > /proc/1/root{env.outside}/via-pid1; exit 0")
