@@ -10,10 +10,13 @@ buffer is full of bytes nobody has fetched yet, so the child blocks on its write
 instead of output being dropped (memory stays bounded either way).
 
 The tail is a ring, so appending costs the copy of the chunk whatever the fill.
+:func:`take_text` reads from a cursor across the head/tail gap as text cut on a
+character boundary.
 """
 
 from __future__ import annotations
 
+import codecs
 import time
 from dataclasses import dataclass
 
@@ -153,3 +156,47 @@ class OutputBuffer:
             self.consumed = offset
             self._space.set()
             self._space = anyio.Event()
+
+
+@dataclass
+class Taken:
+    """Output handed to a client by one call."""
+
+    text: str
+    start: int
+    end: int
+    dropped: int
+    stderr_text: str | None = None
+    stderr_end: int | None = None
+    stderr_dropped: int = 0
+
+
+def take_text(buffer: OutputBuffer, cursor: int, max_bytes: int) -> tuple[str, int, int, int]:
+    """Up to ``max_bytes`` from ``cursor`` across the head/tail gap, as text cut on a
+    character boundary: (text, start, end, bytes dropped)."""
+    parts: list[str] = []
+    start: int | None = None
+    dropped = 0
+    position = cursor
+    while max_bytes > 0:
+        window = buffer.read(position, max_bytes)
+        if not window.data:
+            break
+        keep = complete_utf8_prefix(window.data)
+        if keep == 0:  # one character wider than max_bytes, or the cursor could never move
+            window = buffer.read(position, max_bytes + 3)
+            keep = complete_utf8_prefix(window.data)
+        if buffer.eof and window.end == buffer.total:
+            keep = len(window.data)  # nothing more will come to complete a character
+        if keep == 0:
+            break
+        if window.dropped:
+            parts.append(f"... {window.dropped} bytes omitted ...\n")
+            dropped += window.dropped
+        parts.append(codecs.decode(window.data[:keep], "utf-8", "replace"))
+        start = window.start if start is None else start
+        position = window.start + keep
+        max_bytes -= keep
+        if keep < len(window.data):
+            break
+    return "".join(parts), cursor if start is None else start, position, dropped

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import signal
 import time
 from collections import Counter
@@ -14,7 +13,7 @@ import anyio
 
 from ..contract import ToolError
 from ..procfs import ProcRow
-from .buffer import OutputBuffer, complete_utf8_prefix
+from .buffer import OutputBuffer, Taken, take_text
 from .kill import descendants, kill_session, kill_tree, members
 from .tracking import populated, signal_group
 
@@ -33,50 +32,6 @@ class ProcessHandle(Protocol):
     def signal_group(self, signum: int) -> None: ...
     async def wait(self) -> int: ...
     def close(self) -> None: ...
-
-
-@dataclass
-class Taken:
-    """Output handed to a client by one call."""
-
-    text: str
-    start: int
-    end: int
-    dropped: int
-    stderr_text: str | None = None
-    stderr_end: int | None = None
-    stderr_dropped: int = 0
-
-
-def _take(buffer: OutputBuffer, cursor: int, max_bytes: int) -> tuple[str, int, int, int]:
-    """Up to ``max_bytes`` from ``cursor`` across the head/tail gap, as text cut on a
-    character boundary: (text, start, end, bytes dropped)."""
-    parts: list[str] = []
-    start: int | None = None
-    dropped = 0
-    position = cursor
-    while max_bytes > 0:
-        window = buffer.read(position, max_bytes)
-        if not window.data:
-            break
-        keep = complete_utf8_prefix(window.data)
-        if keep == 0:  # one character wider than max_bytes, or the cursor could never move
-            window = buffer.read(position, max_bytes + 3)
-            keep = complete_utf8_prefix(window.data)
-        if buffer.eof and window.end == buffer.total:
-            keep = len(window.data)  # nothing more will come to complete a character
-        if keep == 0:
-            break
-        if window.dropped:
-            parts.append(f"... {window.dropped} bytes omitted ...\n")
-            dropped += window.dropped
-        parts.append(codecs.decode(window.data[:keep], "utf-8", "replace"))
-        start = window.start if start is None else start
-        position = window.start + keep
-        max_bytes -= keep
-        if keep < len(window.data):
-            break
-    return "".join(parts), cursor if start is None else start, position, dropped
 
 
 @dataclass
@@ -375,12 +330,12 @@ class Session:
     def take(self, max_bytes: int, after: int | None = None) -> Taken:
         """Output from the session's cursor (or ``after``), advancing the cursor."""
         self.touch()
-        text, start, end, dropped = _take(self.out, self.delivered if after is None else after, max_bytes)
+        text, start, end, dropped = take_text(self.out, self.delivered if after is None else after, max_bytes)
         self.delivered = max(self.delivered, end)
         self.out.mark_consumed(self.delivered)
         taken = Taken(text=text, start=start, end=end, dropped=dropped)
         if self.err is not None:
-            err_text, _, err_end, err_dropped = _take(self.err, self.delivered_err, max_bytes)
+            err_text, _, err_end, err_dropped = take_text(self.err, self.delivered_err, max_bytes)
             self.delivered_err = err_end
             self.err.mark_consumed(err_end)
             taken.stderr_text, taken.stderr_end, taken.stderr_dropped = err_text, err_end, err_dropped

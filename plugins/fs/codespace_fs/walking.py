@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import threading
 import time
 from operator import attrgetter
@@ -24,6 +23,7 @@ from codespace.contract import EntryError, FsError, WalkRequest, WalkResult
 
 from . import errors, ignore, kernel
 from .ancestor_ignores import ancestor_scopes
+from .walk_links import follow_link
 from .names import join
 from .reading import kind_of
 from .resolve import O_CLOEXEC, O_DIR, O_NOFOLLOW, O_PATH, Confinement
@@ -32,7 +32,6 @@ _by_name = attrgetter("name")
 _DIR_READ = os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC
 _BELOW = kernel.RESOLVE_BENEATH | kernel.RESOLVE_NO_SYMLINKS | kernel.RESOLVE_NO_MAGICLINKS
 ENTRY_OVERHEAD = 48  # JSON around one entry: {"path":"","kind":"directory","size":null,"depth":1},
-MAX_FOLLOWED_LINKS = 256
 _ENTRIES_PER_CLOCK_CHECK = 64  # matched against thousands of ignore patterns, 64 entries take 0.1 s
 
 
@@ -330,7 +329,7 @@ class _Walk:
                 continue
             real = real_pre + name
             if kind == "symlink":
-                item = _follow(conf, real, p, shown, depth, scopes, self.seen, self.owned, self.problems)
+                item = follow_link(conf, real, p, shown, depth, scopes, self.seen, self.owned, self.problems)
                 if item is not None:
                     self.queue.append(item)
                 continue
@@ -375,31 +374,3 @@ def _dir_error(exc: OSError) -> str:
     if exc.errno == errno.ENOENT:
         return "not entered: it was removed while the walk ran"
     return f"cannot open: {exc.strerror}"
-
-
-def _follow(conf, real, raw, shown, depth, scopes, seen, owned, problems):  # noqa: ANN001, ANN202
-    """Queue item for a link to a directory inside the root, resolved by the
-    confinement (so the kernel keeps it inside) and re-checked against the policy."""
-    if not conf.follow_links:
-        problems.append({"path": shown, "message": "not followed: policy filesystem.symlinks = 'never'"})
-        return None
-    if len(owned) > MAX_FOLLOWED_LINKS:
-        problems.append({"path": shown, "message": f"not followed: more than {MAX_FOLLOWED_LINKS} links"})
-        return None
-    try:
-        opened = conf.open(real, O_PATH | O_DIR, need="read", follow_last=True, action="walk")
-    except FsError as exc:
-        if exc.errno == errno.ENOTDIR:
-            return None  # a link to a file: listed, nothing to walk
-        problems.append({"path": shown, "message": f"not followed: {exc.message}"})
-        return None
-    st = os.fstat(opened.fd)
-    if not stat.S_ISDIR(st.st_mode):  # pragma: no cover - O_DIRECTORY guarantees it
-        os.close(opened.fd)
-        return None
-    if (st.st_dev, st.st_ino) in seen:
-        os.close(opened.fd)
-        problems.append({"path": shown, "message": "not followed: it leads to a directory already walked (a loop)"})
-        return None
-    owned.append(opened.fd)
-    return (opened.fd, "", raw, shown, depth + 1, opened.path, scopes)
