@@ -277,25 +277,7 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
     after_spawn(pid)
     failure = None
     if block_write >= 0:
-        # Signals wait while the info is read here, or a handler would read it concurrently.
-        _signal.pthread_sigmask(_signal.SIG_BLOCK, FORWARDED)
-        try:
-            group = forward.find_group()
-            if group is None:
-                failure = "bubblewrap did not report the sandbox's process"
-            else:
-                if max_processes:
-                    _limit_processes(group, max_processes, identity)
-                if sandbox_ready is not None:
-                    sandbox_ready(group)
-                posix.write(block_write, b"x")
-        except Exception as exc:  # noqa: BLE001 - reported as the helper's own failure
-            failure = str(exc)
-        finally:
-            posix.close(block_write)
-            if failure is not None:
-                forward.kill_all()
-            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, FORWARDED)
+        failure = _finish_and_release(forward, block_write, sandbox_ready, identity, max_processes)
     _, status = posix.waitpid(pid, 0)  # signal handlers run meanwhile (PEP 475 retries)
     for signum, handler in previous.items():
         _signal.signal(signum, handler)
@@ -307,6 +289,34 @@ def run_bwrap(bwrap: str, args_for: "Callable[[int, int], list[str]]", command: 
     if code == -_signal.SIGKILL and forward.killed_for is not None:
         code = -forward.killed_for
     return code, forward.received
+
+
+def _finish_and_release(forward: "_Forwarder", block_write: int, sandbox_ready: "Callable[[int], None] | None",
+                        identity: "BwrapIdentity | None", max_processes: int | None) -> str | None:
+    """Finish the sandbox bwrap built from outside (the process limit, ``sandbox_ready``), then let
+    it start the command by writing ``--block-fd``; on a failure the sandbox is killed instead,
+    and the failure returned."""
+    failure = None
+    # Signals wait while the info is read here, or a handler would read it concurrently.
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, FORWARDED)
+    try:
+        group = forward.find_group()
+        if group is None:
+            failure = "bubblewrap did not report the sandbox's process"
+        else:
+            if max_processes:
+                _limit_processes(group, max_processes, identity)
+            if sandbox_ready is not None:
+                sandbox_ready(group)
+            posix.write(block_write, b"x")
+    except Exception as exc:  # noqa: BLE001 - reported as the helper's own failure
+        failure = str(exc)
+    finally:
+        posix.close(block_write)
+        if failure is not None:
+            forward.kill_all()
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, FORWARDED)
+    return failure
 
 
 def _limit_processes(pid: int, count: int, identity: "BwrapIdentity | None") -> None:
