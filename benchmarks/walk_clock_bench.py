@@ -25,7 +25,7 @@ from codespace.contract import WalkRequest
 from codespace.testing import open_workspace
 
 POLICY = "[limits]\nwalk_max_entries = 1000000\nwalk_max_dirs = 100000\nwalk_max_response_bytes = 1073741824\n"
-WALKS = {"gitignore": {"gitignore": True}, "plain": {"include_hidden": True}, "no hidden": {}}
+WALKS = {"gitignore": {"gitignore": True}, "plain": {"include_hidden": True}, "no hidden": {"include_hidden": False}}
 
 
 def _before(checkout: Path):  # noqa: ANN202 - the other checkout's walking module

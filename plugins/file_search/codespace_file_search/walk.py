@@ -30,7 +30,7 @@ from .walk_ignore import PatternBudget, Scope, ignored, in_git_repo, scopes_here
 
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PATH_OPEN = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
-_MATCHES_PER_CLOCK_CHECK = 64  # against an ignore file of 2,000 patterns, 64 entries take 0.1 s
+_ENTRIES_PER_CLOCK_CHECK = 64  # matched against 2,000 ignore patterns, 64 entries take 0.15-0.3 s
 
 
 def _open_exactly(real: str) -> int | None:
@@ -132,7 +132,8 @@ class _Walk:
             self.out.truncated = "cancelled"
             raise _Stop
         if time.monotonic() > self.deadline:
-            self.out.truncated = f"time ({self.bounds.seconds:g} s)"
+            self.out.truncated = (f"walk_max_ms ({self.bounds.seconds * 1000:g} ms of walking): search a narrower "
+                                  "path, or leave directories out with an .ignore file")
             raise _Stop
 
     def directory(self, fd: int, rel: str, real: str, depth: int, scopes: tuple[Scope, ...], in_repo: bool) -> None:
@@ -174,6 +175,10 @@ class _Walk:
         ruled = self.ruled
         clock = 0
         for entry in found:  # the hot loop of a large tree: no stat, no call it can skip
+            clock += 1
+            if clock == _ENTRIES_PER_CLOCK_CHECK:  # every entry: a link costs a resolve and a match too
+                clock = 0
+                self.check_time()
             name = entry.name
             if ruled and self.hidden(real_pre + name):
                 continue
@@ -192,13 +197,8 @@ class _Walk:
                 self.out.errors += 1
                 continue
             path = pre + name
-            if scopes:
-                clock += 1
-                if clock == _MATCHES_PER_CLOCK_CHECK:
-                    clock = 0
-                    self.check_time()
-                if ignored(scopes, path, is_dir):
-                    continue
+            if scopes and ignored(scopes, path, is_dir):
+                continue
             if len(listed) >= limit:
                 self.add(path, name, is_dir)  # records the bound and stops
             listed.append((path, name, is_dir))

@@ -20,7 +20,7 @@ from codespace.contract import Strict
 from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 PROTOCOL = 5
-WORKER_VERSION = "0.1.1"
+WORKER_VERSION = "0.1.2"
 """codespace-runtime's version (a test holds it to the package metadata)."""
 NONCE_BYTES = 32
 

@@ -160,7 +160,8 @@ async def test_a_caller_never_gets_a_worker_whose_policy_is_still_being_checked(
     """Found in review (a2ec0ec): while the first caller was still reading a new worker's
     report (the policy digest it loaded), a second caller got the connected worker at once,
     and with it a worker whose policy might not be the server's. A second caller now waits
-    for the check, and shares its outcome."""
+    for the check: it then shares the checked worker, or, when the check failed, starts and
+    checks one of its own."""
     import asyncio
 
     from codespace.contract import RunnerLost
@@ -187,5 +188,6 @@ async def test_a_caller_never_gets_a_worker_whose_policy_is_still_being_checked(
         else:
             assert all(isinstance(r, RunnerLost) for r in results), results
             assert "loaded a different policy" in str(results[1]) and not worker.serving()
+            assert worker.starts == 2  # the second caller's own worker, refused for the same reason
     finally:
         await worker.stop()
