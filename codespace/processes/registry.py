@@ -258,8 +258,8 @@ class ProcessRegistry:
         try:
             # A sandboxed command's process limit is the sandbox's (counted in its own user
             # namespace); an unsandboxed one's is its cgroup's, where the host has a pids hierarchy.
-            group = None if fast else self.tracker.new_group(
-                self.workspace.policy.sandbox.max_processes if sandbox is None else 0)
+            if not fast:
+                group = self.tracker.new_group(self.workspace.policy.sandbox.max_processes if sandbox is None else 0)
             limit = self.tracker.limit_dir(group)
             if fast:
                 pipe = await PipeProcess.launch(spec, *sandbox)

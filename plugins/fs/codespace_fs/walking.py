@@ -82,7 +82,7 @@ def collect(conf: Confinement, request: WalkRequest, limits, cancel: threading.E
     include = ignore.compile_globs(request.include, "include")
     exclude = ignore.compile_globs(request.exclude, "exclude")
     start = conf.open(path, O_PATH | O_DIR, need="read", follow_last=True, action="walk")
-    walk = _Walk(conf, request, lim, include, exclude, start.path)
+    walk = _Walk(conf, request, lim, include, exclude, start.path, cancel)
     try:
         scopes = ancestor_scopes(conf, path, walk.patterns) if request.gitignore else ()
     except BaseException:
@@ -93,7 +93,7 @@ def collect(conf: Confinement, request: WalkRequest, limits, cancel: threading.E
     walk.queue.append((start.fd, "", "", "", 1, start.path, scopes))
     walk.owned.append(start.fd)
     try:
-        walk.run(cancel)
+        walk.run()
     finally:
         for fd in walk.owned:
             os.close(fd)
@@ -115,6 +115,7 @@ class _Walk:
 
     def __init__(
         self, conf: Confinement, request: WalkRequest, lim: Limits, include, exclude, start_real: str,  # noqa: ANN001
+        cancel: threading.Event | None,
     ) -> None:
         self.conf = conf
         self.lim = lim
@@ -142,7 +143,7 @@ class _Walk:
         self.depth_cut = lim.depth == 0
         self.dirs = 0
         self.deadline = time.monotonic() + lim.ms / 1000
-        self.cancel: threading.Event | None = None
+        self.cancel = cancel
 
     def must_stop(self) -> bool:
         """Cancelled, or out of time: then ``truncated_reason`` says which."""
@@ -158,8 +159,7 @@ class _Walk:
             "or leave directories out with exclude" + (", or walk with gitignore=false" if self.gitignore else ""))
         return True
 
-    def run(self, cancel: threading.Event | None) -> None:
-        self.cancel = cancel
+    def run(self) -> None:
         queue = self.queue
         lim = self.lim
         head = 0 if lim.depth > 0 else 1
