@@ -187,9 +187,9 @@ class _Walk:
                     self._list_filtered(found, pre, shown_pre, depth, scopes, later)
             finally:
                 os.close(fd)
-            self._descend(later, base, rel, depth, real_dir, scopes)
             if self.truncated_reason is not None:
-                break
+                break  # before _descend: a cut walk opens none of the links it listed
+            self._descend(later, base, rel, depth, real_dir, scopes)
 
     def _read_dir(self, base: int, rel: str, raw_dir: str, shown_dir: str, real_dir: str, scopes: tuple):  # noqa: ANN202
         """The directory's fd, its entries sorted by name and the ignore scopes that

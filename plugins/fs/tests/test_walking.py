@@ -186,6 +186,26 @@ async def test_a_walk_slowed_by_an_agent_written_ignore_file_stops_at_its_time_l
     assert "truncated_reason" not in plain or plain["truncated_reason"] is None
 
 
+async def test_a_walk_cut_by_its_time_limit_follows_no_more_links(make_app, ws, mode, outside):
+    """Found in review: a directory cut short by walk_max_ms still had its links to directories
+    resolved and queued (up to 256 opens, each a confinement check) after the time was up.
+    Links listed before the cut are shown, and nothing more is done with them."""
+    from codespace_fs.ignore import MAX_WALK_PATTERNS
+
+    (ws / ".gitignore").write_text("".join(f"dir{i}/**/*.x{i}\n" for i in range(MAX_WALK_PATTERNS - 1)))
+    for i in range(20):  # first in name order, and in the first directory: listed however slow the machine
+        (ws / f"0out{i:02}").symlink_to(outside)
+    for i in range(3000):  # 6-12 s of matching unbounded
+        (ws / f"f{i:04}.c").touch()
+    async with connect(make_app("[limits]\nwalk_max_ms = 2000\n"), mode=mode) as client:
+        out = await call_ok(client, "walk", {"gitignore": True, "follow_dir_links": True})
+    assert out["truncated_reason"].startswith("walk_max_ms (2000 ms of walking)"), out["truncated_reason"]
+    kinds = {e["path"]: e["kind"] for e in out["entries"]}
+    assert all(kinds[f"0out{i:02}"] == "symlink" for i in range(20))
+    assert len(kinds) < 1 + 20 + 3000, len(kinds)  # cut within the directory
+    assert [e for e in out["errors"] if e["path"].startswith("0out")] == []  # not one link resolved
+
+
 async def test_hidden_entries_and_pruning(make_app, ws, mode):
     make_tree(ws, TREE)
     async with connect(make_app(), mode=mode) as client:
