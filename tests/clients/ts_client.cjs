@@ -134,6 +134,8 @@ async function files(client) {
   await expectError(client, "list_dir", { path: "notes.txt" }, ["notes.txt"]);
 
   await expectOk(client, "walk", { path: "." }, { text: ["src/pkg/", "notes.txt"], json: ['"path":"src/pkg"'] });
+  await expectOk(client, "walk", { path: ".", max_entries: 1 }, {
+    text: ["(truncated: max_entries (1))"], json: ['"truncated":true', '"truncated_reason":"max_entries (1)"'] });
   await expectError(client, "walk", { path: "nowhere" }, ["nowhere"]);
   await expectError(client, "walk", { path: ".", exclude: ["*a".repeat(40)] },
     ["exclude holds a pattern that is refused because it holds 40 '*', more than 32", "use shorter patterns"]);
