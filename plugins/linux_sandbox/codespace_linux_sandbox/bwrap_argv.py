@@ -9,7 +9,8 @@ Mount order (a later mount wins over an earlier one on the same or a deeper path
 2. ``--dev /dev``: a minimal dev (null, zero, full, random, urandom, tty, pts, shm);
 3. the rest sorted by path depth, shallowest first, so the most specific policy entry wins
    like it does for the gateway: private tmpfs at ``/tmp`` (and ``$TMPDIR``), ``--bind`` of
-   each writable root, ``--ro-bind`` of protected paths inside writable roots, a read-only
+   each writable root and of each directory above a protected or deny-read path inside one
+   (:func:`pinned_parents`), ``--ro-bind`` of protected paths inside writable roots, a read-only
    empty tmpfs over each missing protected name, and deny-read masks (an empty mode-0000
    tmpfs over a directory, ``/dev/null`` over a file);
 4. namespaces and the rest: ``--unshare-user --unshare-pid --unshare-ipc [--unshare-net]
@@ -85,6 +86,32 @@ def _walk_below(root: str, path: str) -> tuple[str | None, str | None]:
         if mode == S_IFLNK:
             return current, None
     return None, None
+
+
+def pinned_parents(policy: dict, writable: list[str]) -> list[str]:
+    """The existing directories strictly between a writable root and a protected or deny-read
+    path below it, but not inside one: each is bound onto itself, and a mount point is what
+    rename(2) and rmdir(2) refuse (EBUSY). The rules name paths, and a mask or read-only bind
+    moves with its directory: a command that renamed ``a`` to ``b`` had ``a/secrets`` at
+    ``b/secrets``, a path no rule names, for the file tools and the next command to read and
+    write. (A path directly in a writable root needs none: the root is a mount point.)"""
+    ruled = [*policy["protected"], *policy["deny_read"]]
+    pins: set[str] = set()
+    for path in ruled:
+        root = _owning_root(path, writable)
+        if root is None:
+            continue
+        current = root.rstrip("/")
+        for part in path[len(current):].strip("/").split("/")[:-1]:
+            current = f"{current}/{part}"
+            if current in pins:
+                continue
+            if _lstat_mode(current) != S_IFDIR:
+                break  # missing (a placeholder covers the path) or a link (check_links refused it)
+            pins.add(current)
+    # Never inside a mask or a read-only bind: a bind there would open what it hides or make
+    # it writable again (and nothing can be renamed inside either).
+    return sorted(p for p in pins if p not in writable and not any(_inside(p, r) for r in ruled))
 
 
 def check_links(policy: dict) -> None:
@@ -196,6 +223,8 @@ def build(handshake: dict) -> Plan:
         ops.append((_depth(path), 1, ["--ro-bind", path, path]))
     for root in writable:
         ops.append((_depth(root), 1, ["--bind", root, root]))
+    for path in pinned_parents(policy, writable):
+        ops.append((_depth(path), 1, ["--bind", path, path]))
 
     masked: set[str] = set()
     for path in policy["protected"]:

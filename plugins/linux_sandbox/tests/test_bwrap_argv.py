@@ -66,6 +66,23 @@ def test_deny_read_file_and_missing(tmp_path):
     assert str(tmp_path / "missing") not in args
 
 
+def test_the_parents_of_ruled_paths_are_pinned_as_mount_points(tmp_path):
+    """Each directory between the writable root and a deeper deny-read or protected path is bound
+    onto itself (rename and rmdir then fail with EBUSY), before the path's own mask; none is bound
+    inside a mask or a read-only path, nor above a path directly in the root, nor past a missing one."""
+    ws = tmp_path / "ws"
+    for directory in ("a/b/secrets", "a/b/keys/inner/deeper", "hidden/sub", "p/q"):
+        (ws / directory).mkdir(parents=True)
+    hs = _hs(tmp_path, deny_read=[str(ws / "a/b/secrets"), str(ws / "hidden"), str(ws / "hidden/sub/x"),
+                                  str(ws / "gone/away/x")],
+             protected=[str(ws / ".git"), str(ws / "a/b/keys"), str(ws / "a/b/keys/inner/deeper"), str(ws / "p/q/r")])
+    args = bwrap_argv.build(hs).args
+    binds = _pairs(args, "--bind")
+    assert binds == [str(ws), str(ws / "a"), str(ws / "p"), str(ws / "a/b"), str(ws / "p/q")], binds
+    assert args[args.index(str(ws / "a/b")) + 1] == str(ws / "a/b")  # --bind a/b a/b
+    assert args.index(str(ws / "a/b")) < args.index(str(ws / "a/b/secrets"))  # before the mask on top
+
+
 @pytest.mark.parametrize("kind", ["protected", "deny_read"])
 def test_a_link_inside_a_writable_root_fails_closed(tmp_path, kind):
     ws = tmp_path / "ws"
