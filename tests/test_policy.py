@@ -143,6 +143,34 @@ def test_check_follows_existing_links(tmp_path):
     assert refusal is not None and refusal.rule == "filesystem.protected"
 
 
+def test_a_link_whose_way_passes_through_a_hidden_directory_is_refused_whether_or_not_it_arrives(tmp_path):
+    """Found by testing from outside: only where a link led was checked, not what its way passed.
+    ``a/secrets/realdir/../../../pub.txt`` reached pub.txt and ``a/secrets/nodir/...`` failed, so
+    the answer said which names exist in the hidden a/secrets. Both are refused alike now, naming
+    the rule, and a way through a directory above an open area (the workspace's own parents) stays."""
+    ws = tmp_path / "ws"
+    (ws / "a" / "secrets" / "realdir").mkdir(parents=True)
+    (ws / "a" / "secrets" / "open" / "x").mkdir(parents=True)
+    (ws / "pub.txt").write_text("pub")
+    os.symlink("a/secrets/realdir/../../../pub.txt", ws / "py")
+    os.symlink("a/secrets/nodir/../../../pub.txt", ws / "pn")
+    os.symlink("a/secrets/open/x/../../../../pub.txt", ws / "through_open")  # a/secrets/open is readable
+    os.symlink(str(tmp_path / "ws" / "pub.txt"), ws / "absolute")
+    os.symlink("py", ws / "chain")
+    rules = _rules(ws, {"a/secrets": "none", "a/secrets/open": "read", "/": "none", str(ws): "write"})
+    for name in ("py", "pn", "chain"):
+        for need in ("read", "write"):
+            refusal = rules.check(str(ws / name), need, follow_leaf=True)
+            assert refusal is not None and refusal.rule == "filesystem.paths['a/secrets']", (name, refusal)
+            assert f"into {ws}/a/secrets (filesystem.paths['a/secrets'] = 'none'), which the policy hides" \
+                in refusal.message, refusal.message
+            assert "realdir" not in refusal.message and "nodir" not in refusal.message
+    # the way to an open area below a hidden one passes; so does the way to the workspace from /,
+    # which the policy hides here but for the workspace below it
+    assert rules.check(str(ws / "through_open"), "read") is None
+    assert rules.check(str(ws / "absolute"), "read") is None
+
+
 def test_a_link_into_a_hidden_path_is_refused_without_naming_where_it_leads(tmp_path):
     """A link inside a hidden area leads further (its text is that area's content): the refusal
     names the rule that hides it, never the resolved path."""

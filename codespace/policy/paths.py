@@ -173,6 +173,54 @@ class PathRules:
         rule = self.match(path)
         return rule.access if rule else "none"
 
+    def hides(self, directory: str, name: str) -> Refused | None:
+        """Why looking ``name`` up inside ``directory`` would tell what a hidden area holds, or
+        None. Whether a name exists there is itself what the area hides, so a symbolic link's
+        way may not look inside one (``a/secrets/x/../../pub.txt`` was found or not as ``x``
+        existed). A name on the way to an open area below is the exception: that way passes
+        there (the sandbox's masks let commands pass there too, and nowhere else)."""
+        rule = self.match(directory)
+        if rule is not None and rule.access != "none":
+            return None
+        child = f"{directory.rstrip('/')}/{name}"
+        if self.access(child) != "none" or any(r.access != "none" and r.path.startswith(child + "/") for r in self.rules):
+            return None
+        # The message is where, as the policy names it: "{path} ... into {message}, which the policy hides".
+        if rule is None:
+            return Refused("filesystem.paths (no entry)", "a path no filesystem.paths entry covers")
+        return Refused(rule.source, f"{rule.path} ({rule.source} = 'none')")
+
+    def hidden_on_the_way(self, path: str) -> Refused | None:
+        """Why resolving ``path`` as the kernel would (its links followed, as ``realpath``
+        does) would look a name up inside a directory the policy hides (:meth:`hides`), or
+        None. Stops before that lookup."""
+        done = ""  # the real path so far ("" is "/")
+        todo = [part for part in reversed(path.split("/")) if part]
+        links = 0
+        while todo:
+            name = todo.pop()
+            if name == ".":
+                continue
+            if name == "..":
+                done = done.rpartition("/")[0]
+                continue
+            refusal = self.hides(done or "/", name)
+            if refusal is not None:
+                return refusal
+            here = f"{done}/{name}"
+            try:
+                target = os.readlink(here)
+            except OSError:  # not a link, or missing: realpath goes on by name too
+                done = here
+                continue
+            links += 1
+            if links > _MAX_LINKS:
+                return None  # a loop: the open fails with ELOOP whatever lies on the way
+            if target.startswith("/"):
+                done = ""
+            todo.extend(part for part in reversed(target.split("/")) if part)
+        return None
+
     def writable_roots(self) -> list[str]:
         return [r.path for r in self.rules if r.access == "write"]
 
@@ -233,7 +281,11 @@ class PathRules:
                 real = _realpath_through(path, resolved)
         except (OSError, ValueError):
             return None
-        if real != path:
+        if real != path:  # a link on the way: where did it lead, and what did it pass?
+            passed = self.hidden_on_the_way(path if follow else os.path.dirname(path))
+            if passed is not None:
+                text = f"{path} resolves through a symbolic link into {passed.message}, which the policy hides"
+                return _with_hint(Refused(passed.rule, text), need)
             refusal = self.check_exact(real, need)
             if refusal is not None:
                 rule = self.match(real)
@@ -246,6 +298,9 @@ class PathRules:
                     text = f"{path} resolves through a symbolic link to {real}: {refusal.message}"
                 return _with_hint(Refused(refusal.rule, text), need)
         return None
+
+
+_MAX_LINKS = 40  # the kernel's own limit on links followed in one lookup
 
 
 def _realpath(path: str, resolved: dict[str, str] | None) -> str:

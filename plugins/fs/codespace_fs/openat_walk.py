@@ -20,9 +20,23 @@ MAX_LINKS = 40  # the kernel's own limit on links followed in one lookup
 RETRIES = 8  # lookups of one component that keeps changing under us before giving up
 
 
-def walk(root: Root, rel: str, flags: int, follow_last: bool, follow_links: bool) -> tuple[int, bool, str]:
+class HiddenWay(Exception):
+    """A link's way would look a name up inside a directory the policy hides (``refusal``
+    says which rule): the answer, found or not, would tell what that directory holds."""
+
+    def __init__(self, refusal) -> None:  # noqa: ANN001 - codespace.contract.Refused
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+def walk(
+    root: Root, rel: str, flags: int, follow_last: bool, follow_links: bool, hides=None,  # noqa: ANN001
+) -> tuple[int, bool, str]:
     """An fd for ``rel`` beneath ``root`` opened with ``flags``, whether a link was
-    followed on the way, and the path below the root it really reached."""
+    followed on the way, and the path below the root it really reached. ``hides``
+    (``PathRules.hides``): once a link has been followed, each lookup is asked first, and
+    HiddenWay raised where it refuses (before the link, the way is the caller's own path,
+    which the policy has judged whole)."""
     todo = [p for p in reversed(rel.split("/")) if p] if rel else []
     fds = [root.fd]
     names: list[str] = []
@@ -44,6 +58,10 @@ def walk(root: Root, rel: str, flags: int, follow_last: bool, follow_links: bool
                 continue
             last = not todo
             cur = fds[-1]
+            if followed and hides is not None:
+                refusal = hides(root.join("/".join(names)), name)
+                if refusal is not None:
+                    raise HiddenWay(refusal)
             fd, target = _open_step(cur, name, flags, last, follow_last)
             if fd >= 0:
                 if last and follow_last and flags & O_PATH and stat.S_ISLNK(os.fstat(fd).st_mode):

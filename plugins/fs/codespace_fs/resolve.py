@@ -4,20 +4,21 @@ The gateway has checked the agent's path *as text* (and as it resolved at that
 moment). Between that check and our use the tree can change: a directory swapped
 for a symbolic link, a link retargeted. So nothing here resolves a string and then
 opens it. Each operation starts from an fd of the root the policy grants access
-under and lets the kernel walk the rest with ``openat2(RESOLVE_BENEATH |
-RESOLVE_NO_MAGICLINKS)``: absolute links, ``..`` leaving the root and magic links
-(``/proc/self/root``...) fail inside the kernel, atomically with the lookup. On
-kernels without openat2 the same walk is done one component at a time with
-``openat(O_NOFOLLOW)`` from fds we hold, interpreting links ourselves
-(:mod:`.openat_walk`).
+under. A path with no link on the way is one ``openat2(RESOLVE_BENEATH |
+RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)``: ``..`` leaving the root and magic links
+(``/proc/self/root``...) fail inside the kernel, atomically with the lookup. A path with
+a link (that call's ELOOP), and every path on kernels without openat2, is walked one
+component at a time with ``openat(O_NOFOLLOW)`` from fds we hold, interpreting links
+ourselves (:mod:`.openat_walk`): ``..`` pops our own stack, and after a link each lookup
+is judged first (``PathRules.hides``), because the kernel's walk would look names up
+inside hidden directories and its answer, found or not, would say what they hold.
 
 Links. Policy ``filesystem.symlinks``:
 - ``within_root`` (default): a link is followed when its target stays beneath the
-  root (relative target, kernel-enforced); the object reached is then checked
-  against the policy again, from the fd's real path, so a link inside the
-  workspace cannot reach ``.git/config`` for a write or a ``none`` area for a read.
-  Under the root ``/`` (paths outside the workspace) absolute targets stay inside
-  too and are followed (``RESOLVE_IN_ROOT``), then re-checked the same way.
+  root (a relative target); the object reached is then checked against the policy
+  again, so a link inside the workspace cannot reach ``.git/config`` for a write or a
+  ``none`` area for a read. Under the root ``/`` (paths outside the workspace) absolute
+  targets stay inside too and are followed from ``/``, then re-checked the same way.
 - ``never``: any link met while resolving is refused (``RESOLVE_NO_SYMLINKS``).
 Operations that change a name (write, create, move, remove) never follow a link
 at the leaf; they act through the parent directory's fd with ``*at`` calls.
@@ -171,13 +172,20 @@ class Confinement:
         if not follow_last:
             flags |= O_NOFOLLOW
         try:
-            if self.mode == "openat2":
-                fd, followed = self._openat2(root, rel, flags)
-                real_rel = self._real_rel(root, fd) if followed else rel
+            fd = self._openat2(root, rel, flags) if self.mode == "openat2" else None
+            if fd is not None:
+                followed, real_rel = False, rel
             else:
-                from . import openat_walk  # the fallback for kernels without openat2
+                # A link on the way (or no openat2): one component at a time, and once a link is
+                # followed each lookup is judged first. The kernel's own walk would look names up
+                # inside hidden directories and say by its answer whether they exist there.
+                from . import openat_walk
 
-                fd, followed, real_rel = openat_walk.walk(root, rel, flags, follow_last, self.follow_links)
+                try:
+                    fd, followed, real_rel = openat_walk.walk(
+                        root, rel, flags, follow_last, self.follow_links, self.rules.hides)
+                except openat_walk.HiddenWay as hidden:
+                    raise self._hidden_way(path if leaf is None else join(path, leaf), hidden.refusal) from None
         except OSError as exc:
             raise self._explain(exc, root, rel, path if leaf is None else f"{path.rstrip('/')}/{leaf}", action) from exc
         if not followed:
@@ -197,33 +205,23 @@ class Confinement:
             )
         return Opened(fd, target, True)
 
-    def _openat2(self, root: Root, rel: str, flags: int) -> tuple[int, bool]:
+    def _openat2(self, root: Root, rel: str, flags: int) -> int | None:
+        """The fd, when no link lies on the way (the common case: one system call); None
+        when one does (ELOOP) and the policy lets links be followed."""
         path = os.fsencode(rel) if rel else b"."
         base = kernel.RESOLVE_NO_MAGICLINKS | (kernel.RESOLVE_IN_ROOT if root.is_fs_root else kernel.RESOLVE_BENEATH)
         try:
-            # Links are rare: try without following any, and learn whether the path
-            # had one (ELOOP) at the cost of a second lookup only then.
-            return kernel.openat2(root.fd, path, flags, base | kernel.RESOLVE_NO_SYMLINKS), False
+            return kernel.openat2(root.fd, path, flags, base | kernel.RESOLVE_NO_SYMLINKS)
         except OSError as exc:
             if exc.errno != errno.ELOOP or not self.follow_links:
                 raise
-        return kernel.openat2(root.fd, path, flags, base), True
+        return None
 
-    def _real_rel(self, root: Root, fd: int) -> str:
-        try:
-            real = os.readlink(f"/proc/self/fd/{fd}")
-            root_real = os.readlink(f"/proc/self/fd/{root.fd}")
-        except OSError as exc:
-            os.close(fd)
-            raise OSError(errno.ELOOP, "cannot tell where a symbolic link led: /proc/self/fd is unavailable") from exc
-        if root_real == "/":
-            return real.lstrip("/")
-        if real == root_real:
-            return ""
-        if not real.startswith(root_real + "/"):  # pragma: no cover - RESOLVE_BENEATH guarantees it
-            os.close(fd)
-            raise OSError(errno.EXDEV, f"resolved outside the root: {real}")
-        return real[len(root_real) + 1:]
+    def _hidden_way(self, shown: str, refusal) -> FsError:  # noqa: ANN001 - codespace.contract.Refused
+        return errors.refused(
+            f"{shown} resolves through a symbolic link into {refusal.message}, which the policy hides",
+            path=shown, rule=refusal.rule, hint="read only paths the policy allows (see workspace_info)",
+        )
 
     # -- messages ------------------------------------------------------------------
 

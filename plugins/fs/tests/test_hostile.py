@@ -369,3 +369,39 @@ async def test_symlinks_never_policy_refuses_even_inside(world, make_app, mode, 
         assert result.is_error
         ok = await client.call_tool("read_file", {"path": "sub/inner.txt"})
         assert not ok.is_error
+
+
+HIDDEN_WAY = '[filesystem.paths]\n"secret" = "none"\n'
+
+
+@pytest.mark.parametrize("through", ["MCP", "backend"])
+async def test_a_link_whose_way_looks_inside_a_hidden_directory_says_nothing_of_it(
+        world, make_app, backend_factory, mode, resolver, through):
+    """Found by testing from outside: only where a link led was judged, not the way there. A link
+    to ``secret/realdir/../../a.txt`` read a.txt while ``secret/nodir/../../a.txt`` failed with
+    ENOENT, so the agent learnt which names exist in the hidden ``secret/``. Both are refused
+    alike now, by the gateway and by the backend on its own (its walk judges each lookup after a
+    link), with either resolver; a way through an open directory still reads."""
+    (world.ws / "secret" / "realdir").mkdir()
+    for name, target in {"py": "secret/realdir/../../a.txt", "pn": "secret/nodir/../../a.txt",
+                         "pk": "secret/key/../../a.txt", "ok": "sub/../a.txt"}.items():
+        (world.ws / name).symlink_to(target)
+    answers = {}
+    if through == "MCP":
+        async with connect(make_app(HIDDEN_WAY), mode=mode) as client:
+            for name in ("py", "pn", "pk", "ok"):
+                result = await client.call_tool("read_file", {"path": name})
+                answers[name] = result.content[0].text if result.is_error else structured(result)["content"]
+    else:
+        backend = backend_factory(HIDDEN_WAY, resolver)
+        for name in ("py", "pn", "pk", "ok"):
+            try:
+                answers[name] = (await backend.read_file(ReadFileRequest(path=f"{world.ws}/{name}"))).content
+            except FsError as exc:
+                answers[name] = exc.message
+    assert answers["ok"] == "inside\n"
+    refusals = {answers[name].replace(f"{world.ws}/{name} ", "<link> ") for name in ("py", "pn", "pk")}
+    assert len(refusals) == 1, refusals  # one answer, whatever the hidden directory holds
+    (refusal,) = refusals
+    assert f"resolves through a symbolic link into {world.ws}/secret (filesystem.paths['secret'] = 'none')" \
+        in refusal and "which the policy hides" in refusal, refusal
