@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from codespace.processes.kill import members
-from codespace.testing import call_error, call_ok, connect
+from codespace.testing import call_error, call_ok, connect, structured
 
 from .servers import alive
 
@@ -215,6 +215,30 @@ async def test_eviction_protects_recent_sessions(make_app, mode):
         sessions = await live()
         assert b not in sessions and a in sessions and rest[0] in sessions
         assert (await call_error(client, "read_output", {"session_id": b}))["code"] == "no_session"
+
+
+async def test_eviction_never_kills_a_command_whose_exec_call_is_still_waiting(make_app, mode):
+    """Found by testing from outside: 100 exec calls sent at once under the default 64 sessions, and
+    7 answered exit 137 (SIGKILL): each new one evicted a command whose call had not returned yet.
+    Those are never evicted now; a call that finds no room is refused, saying why and what to do."""
+    policy = "[limits]\nmax_sessions = 10\n"
+    results: list[dict] = []
+
+    async def one(n: int) -> None:
+        result = await client.call_tool("exec", {"command": ["sh", "-c", f"sleep 2; echo done{n}"], "yield_ms": 30000})
+        results.append({"error": result.content[0].text} if result.is_error else structured(result))
+
+    async with connect(make_app(policy), mode=mode) as client:
+        async with anyio.create_task_group() as tg:
+            for n in range(16):
+                tg.start_soon(one, n)
+        after = await call_ok(client, "exec", {"command": ["echo", "still serving"]})
+    finished = [r for r in results if "error" not in r]
+    refused = [r["error"] for r in results if "error" in r]
+    assert all(r["exit_code"] == 0 and r.get("signal") is None and r["output"].startswith("done") for r in finished), finished
+    assert len(finished) >= 10 and len(finished) + len(refused) == 16, (len(finished), refused)
+    assert all("limits.max_sessions" in text and "nothing was started" in text for text in refused), refused
+    assert after["output"] == "still serving\n"
 
 
 async def test_seventy_sessions_with_the_default_limit(make_app, mode):
