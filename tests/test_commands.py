@@ -337,6 +337,11 @@ async def test_a_command_line_too_long_for_linux_is_refused_naming_the_part(make
         assert "the shell script is 200005 bytes" in script["message"] and "To proceed" in script["message"]
         many = await call_error(client, "exec", {"command": ["echo", *["z" * 100_000] * 40], "tty": tty})
         assert "(ARG_MAX)" in many["message"], many
+        # Found by testing from outside: an environment entry passed the check and bwrap's execvp failed.
+        env = await call_error(client, "exec", {"command": ["true"], "env": {"BIG": "v" * 200_000}, "tty": tty})
+        assert "the environment variable 'BIG' is 200004 bytes" in env["message"] and "MAX_ARG_STRLEN" in env["message"], env
+        name = await call_error(client, "exec", {"command": ["true"], "env": {"N" * 200_000: "v"}, "tty": tty})
+        assert f"the environment variable {'N' * 40!r}... is 200002 bytes" in name["message"], name
         fine = await call_ok(client, "exec", {"command": ["echo", "x" * 100_000], "yield_ms": 10_000})
         assert len(fine["output"].strip()) == 100_000
 

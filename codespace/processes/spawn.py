@@ -100,6 +100,12 @@ def check_exec_size(spec: CommandSpec) -> None:
             what = "the shell script" if index and spec.argv[index - 1] == "-c" else f"argument {index}"
             raise ToolError(f"{what} is {size - 1} bytes; Linux takes at most {MAX_ARG_STRLEN - 1} in one argument "
                             f"(MAX_ARG_STRLEN). Nothing was started. {to_proceed}", code="invalid_arguments")
+    for key, value in spec.env.items():  # each NAME=value is one string to execve as well
+        size = len(os.fsencode(key)) + len(os.fsencode(value)) + 2
+        if size > MAX_ARG_STRLEN:
+            raise ToolError(f"the environment variable {key[:40]!r}{'...' if len(key) > 40 else ''} is {size - 1} bytes "
+                            f"(name=value); Linux takes at most {MAX_ARG_STRLEN - 1} in one (MAX_ARG_STRLEN). Nothing "
+                            f"was started. {to_proceed}", code="invalid_arguments")
     total = sum(len(os.fsencode(a)) + 1 + 8 for a in spec.argv)
     total += sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 + 8 for k, v in spec.env.items())
     limit = os.sysconf("SC_ARG_MAX")
