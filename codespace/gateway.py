@@ -65,7 +65,12 @@ def describe_validation_error(tool: str, exc: ValidationError) -> str:
     problems = []
     for item in exc.errors():
         where = ".".join(str(p) for p in item["loc"]) or "(arguments)"
-        message = "unknown argument" if item["type"] == "extra_forbidden" else item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown argument"
+        elif item["type"] == "value_error" and "error" in item.get("ctx", {}):
+            message = str(item["ctx"]["error"])  # our validators' own words, without pydantic's "Value error, "
+        else:
+            message = item["msg"]
         problems.append(f"'{where}': {message}")
     return f"invalid arguments for {tool}: " + "; ".join(problems) + ". Check the tool's input schema and call again."
 

@@ -153,6 +153,11 @@ async def test_malformed_input_gets_readable_errors(make_app, mode):
         assert "'name'" in typed["message"]
         unknown = await call_error(client, "no_such_tool", {})
         assert unknown["code"] == "unknown_tool" and "workspace_info" in unknown["message"]
+        # Found by testing from outside: "a.txt/" was normalised to a.txt and written.
+        slash = await call_error(client, "write_file", {"path": "notes.txt/", "content": "x"})
+        assert slash["code"] == "invalid_arguments", slash
+        assert "'path': the path ends with '/', which names a directory, not a file" in slash["message"], slash
+        assert "Value error" not in slash["message"]
         assert (await call_ok(client, "tally", {"name": "still-serving"}))["count"] == 1
 
 

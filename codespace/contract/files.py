@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Protocol, runtime_checkable
 
 from typing_extensions import NotRequired, TypedDict
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..models import Strict
 
@@ -72,6 +72,16 @@ class WriteFileRequest(Strict):
     )
     must_not_exist: bool = Field(default=False, description="Refuse the write if the file already exists.")
     create_parents: bool = Field(default=False, description="Create missing parent directories.")
+
+    @field_validator("path")
+    @classmethod
+    def _names_a_file(cls, path: str) -> str:
+        # The lexical normalisation drops a trailing '/', and "a.txt/" wrote a.txt (found by
+        # testing from outside): as for open(2), a name ending in '/' is a directory's.
+        if path.endswith("/"):
+            raise ValueError("the path ends with '/', which names a directory, not a file; nothing was written. "
+                             "To proceed: drop the trailing '/'")
+        return path
 
 
 class WriteFileResult(Strict):
