@@ -113,6 +113,58 @@ def test_stdio_pipelined_lines_are_all_answered(ws, state):
     assert sorted(counts) == [1, 2, 3, 4]
 
 
+def test_a_dead_stdio_client_does_not_hold_the_server_or_its_commands(ws, state):
+    """Found by testing from outside: a client killed while an exec call waited (both of its pipe
+    ends closed) kept the server and the command alive for the whole end-of-input settle (60 s).
+    With nobody reading, the server stops at once and ends the command."""
+    marker = "301.25"  # sleep's argument: this test's command among the machine's processes
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "exec", "arguments": {"command": ["sleep", marker], "yield_ms": 300000}}},
+    ]
+    proc = subprocess.Popen(
+        [*codespace_cmd(), "serve", "--workspace", str(ws), "--state-dir", str(state)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=subprocess_env(**{ENV_ALLOW: "example"}),
+    )
+    try:
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in lines).encode())
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        deadline = time.monotonic() + 20
+        while not _pids_running(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _pids_running(marker), "the command did not start"
+        proc.stdin.close()
+        proc.stdout.close()  # the client is gone: nobody reads the answer
+        started = time.monotonic()
+        assert proc.wait(timeout=30) == 0
+        assert time.monotonic() - started < 5  # the yield alone was 10 s (then the settle limit, 60 s)
+        deadline = time.monotonic() + 5
+        while _pids_running(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _pids_running(marker)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _pids_running(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [b"sleep", marker.encode()]:
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
 def http_server(ws: Path, state: Path, *extra: str, **env: str):
     return http_serving(
         [*codespace_cmd(), "serve", "--transport", "http", "--port", "0", "--workspace", str(ws),
