@@ -13,7 +13,7 @@ import os
 import select
 import stat
 
-from .wire import MAX_LINE_BYTES, TOO_LONG
+from .wire import ID_EDGE_BYTES, MAX_LINE_BYTES, TOO_LONG, DroppedLine
 
 
 READ_CHUNK = 1 << 16  # the most one read of the client's input takes
@@ -70,11 +70,14 @@ class Lines:
     """The client's input cut into lines, in time linear in its length: the line in progress
     grows in a bytearray (``bytes +=`` copied it whole at every 64 KiB read: 446 s to take a
     line of 300 MB). A line past :data:`MAX_LINE_BYTES` is dropped as it arrives, never held,
-    and comes out as :data:`TOO_LONG`."""
+    and comes out as :data:`TOO_LONG` (a :class:`DroppedLine` keeping its first and last
+    bytes, where its id can be found)."""
 
     def __init__(self) -> None:
         self.pending = bytearray()
         self.dropping = False
+        self.head = b""  # a dropped line's first and last bytes, where its id usually stands
+        self.tail = b""
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The lines ``chunk`` completes; at end of input (``chunk`` empty) the last line
@@ -98,14 +101,16 @@ class Lines:
 
     def _add(self, data: bytes) -> None:
         if self.dropping:
+            self.tail = (self.tail + data[-ID_EDGE_BYTES:])[-ID_EDGE_BYTES:]
             return
         self.pending += data
         if len(self.pending) > MAX_LINE_BYTES:
+            self.head, self.tail = bytes(self.pending[:ID_EDGE_BYTES]), bytes(self.pending[-ID_EDGE_BYTES:])
             self.pending = bytearray()
             self.dropping = True
 
     def _finish(self) -> bytes:
         if self.dropping:
             self.dropping = False
-            return TOO_LONG
+            return DroppedLine(TOO_LONG, self.head, self.tail)
         return bytes(self.pending)

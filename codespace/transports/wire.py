@@ -9,6 +9,7 @@ use, by which time the App has imported pydantic anyway.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from .. import __version__
@@ -96,6 +97,40 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
 
 MAX_LINE_BYTES = 64 << 20  # one message; the policy's max_argument_bytes (4 MiB by default) refuses far less
 TOO_LONG = b"\0line too long"  # stands for a line dropped unread (no JSON text starts with NUL)
+ID_EDGE_BYTES = 256  # of a dropped line, kept at each end to find its id in
+
+
+class DroppedLine(bytes):
+    """:data:`TOO_LONG` for a line dropped unread, with its first and last bytes."""
+
+    head: bytes
+    tail: bytes
+
+    def __new__(cls, value: bytes, head: bytes, tail: bytes) -> DroppedLine:
+        line = super().__new__(cls, value)
+        line.head, line.tail = head, tail
+        return line
+
+
+# Where a request's id stands in the JSON the SDKs write: first, after "jsonrpc" (Python's), or
+# last (TypeScript's ``{...request, jsonrpc, id}``). Only a top-level id matches: one that opens
+# the object, or one that closes it with nothing after (a nested one is followed by more '}').
+_ID = rb'(-?\d{1,19}|"(?:[^"\\]|\\.){0,200}")'
+_HEAD_ID = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*' + _ID + rb'\s*,')
+_TAIL_ID = re.compile(rb',\s*"id"\s*:\s*' + _ID + rb'\s*\}\s*$')
+
+
+def dropped_line_id(line: bytes) -> str | int | None:
+    """The id of a request dropped unread, when its kept ends show it (else None): without
+    it the answer cannot reach the caller (an SDK waits for its id, then times out)."""
+    found = _HEAD_ID.match(getattr(line, "head", b"")) or _TAIL_ID.search(getattr(line, "tail", b""))
+    if found is None:
+        return None
+    try:
+        value = json.loads(found.group(1))
+    except ValueError:
+        return None
+    return value if valid_id(value) else None
 
 
 def valid_id(value: Any) -> bool:
@@ -117,7 +152,7 @@ def parse(line: bytes) -> dict[str, Any]:
     Deep nesting is refused here, never passed on: Python's and pydantic's parsers and
     validators recurse, and a RecursionError escaping a transport ends the server."""
     if line == TOO_LONG:
-        raise BadMessage(error_reply(None, INVALID_REQUEST, f"Invalid Request: the line is longer than "
+        raise BadMessage(error_reply(dropped_line_id(line), INVALID_REQUEST, f"Invalid Request: the line is longer than "
                                      f"{MAX_LINE_BYTES >> 20} MiB and was dropped unread; send smaller arguments (the "
                                      "policy's limits.max_argument_bytes bounds one call's arguments)"))
     try:
