@@ -245,6 +245,37 @@ def test_a_refused_token_is_answered_whole_even_when_the_body_arrives_after_the_
             assert b"Authorization: Bearer <token>" in answer, answer
 
 
+async def test_http_bodies_past_the_cap_get_a_json_rpc_error_naming_the_limit_at_once(ws, state):
+    """Found by testing from outside: a body past the cap (8.4 MB with the default policy) got a
+    bare "Request body too large", and a declared Content-Length of 99999999999 with a few bytes
+    sent held the connection 30 s before closing it without an answer, token or not."""
+    import socket
+    from urllib.parse import urlsplit
+
+    with http_server(ws, state) as (url, _):
+        token = (state / "http-token").read_text().strip()
+        auth = {**HEADERS, "Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            big = b'{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"tally","arguments":{"name":"' + \
+                  b"x" * (9 << 20) + b'"}}}'
+            refused = await http.post(url, content=big, headers=auth)
+            assert refused.status_code == 413, refused.text[:300]
+            answer = refused.json()
+            assert answer["id"] == 77 and answer["error"]["code"] == -32600, answer
+            assert "limits.max_argument_bytes" in answer["error"]["message"] and "nothing was done" in answer["error"]["message"]
+            assert (await http.post(url, json=INIT, headers=auth)).status_code == 200  # still serving
+        parts = urlsplit(url)
+        for authorization, status in ((f"Bearer {token}", b"413"), ("Bearer wrong", b"401")):
+            with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+                started = time.monotonic()
+                sock.sendall(f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nAuthorization: {authorization}\r\n"
+                             "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                             "Content-Length: 99999999999\r\n\r\n{}".encode())
+                head = sock.recv(65536)
+                assert head.startswith(b"HTTP/1.1 " + status), head[:200]
+                assert time.monotonic() - started < 5
+
+
 async def test_http_answers_hostile_bodies_with_json_rpc_errors(ws, state):
     """The same refusals as over stdio: nesting too deep, an object as id (the SDK left it
     unanswered), a batch; the server goes on serving."""

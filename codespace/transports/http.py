@@ -123,7 +123,9 @@ class BearerTokenGate:
         if scope["type"] == "http":
             supplied = _bearer(dict(scope.get("headers") or ()).get(b"authorization", b""))
             if supplied is None or not hmac.compare_digest(supplied, self._expected):
-                await _read_body(receive, REFUSED_BODY_READ)
+                declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+                if not (declared.isdigit() and int(declared) > REFUSED_BODY_READ):  # nor wait for one never sent
+                    await _read_body(receive, REFUSED_BODY_READ)
                 await send({
                     "type": "http.response.start",
                     "status": 401,

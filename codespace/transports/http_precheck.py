@@ -19,7 +19,18 @@ from starlette.requests import Request
 from ..app import App
 from ..surrogates import find_lone_surrogate
 from .calls import answer_call
-from .wire import MODERN_PROTOCOL_VERSIONS, PROTOCOL_VERSION_META_KEY, BadMessage, encode, parse, stamp_server_info
+from .wire import (
+    ID_EDGE_BYTES,
+    MODERN_PROTOCOL_VERSIONS,
+    PROTOCOL_VERSION_META_KEY,
+    TOO_LONG,
+    BadMessage,
+    DroppedLine,
+    dropped_line_id,
+    encode,
+    parse,
+    stamp_server_info,
+)
 
 
 async def _respond(send: Any, status: int, body: bytes, content_type: bytes = b"application/json") -> None:
@@ -59,6 +70,7 @@ class HostOriginGate:
 
 
 _ADMIT, _LEAVE_TO_SDK = "admit", "leave to the SDK"
+DRAIN_BYTES = 64 << 20  # of a body past the cap, read and dropped before the 413 (the stdio line cap)
 
 MISSING_SESSION_BODY = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
     "code": -32600,
@@ -148,6 +160,12 @@ class JsonRpcPrecheck:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self._limit:
+            # Past what is worth reading, answered at once: a client that declared 100 GB and sent
+            # nothing held a connection until its timeout.
+            await self._too_large(send, receive, int(declared), b"", more=int(declared) <= DRAIN_BYTES)
+            return
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -161,19 +179,46 @@ class JsonRpcPrecheck:
             if size > self._limit or not message.get("more_body"):
                 break
         body = b"".join(chunks)
-        if size <= self._limit:
-            try:
-                message = parse(body)
-            except BadMessage as bad:
-                if bad.reply:
-                    await _respond(send, 400, bad.reply)
-                    return
-            else:
-                if await self._surrogate_call(message, scope, send):
-                    return
-                send = _filling_invalid_params(send, message, scope)
-        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": size > self._limit}],
-                                      receive), send)
+        if size > self._limit:
+            await self._too_large(send, receive, size, body, more=bool(message.get("more_body")))
+            return
+        try:
+            message = parse(body)
+        except BadMessage as bad:
+            if bad.reply:
+                await _respond(send, 400, bad.reply)
+                return
+        else:
+            if await self._surrogate_call(message, scope, send):
+                return
+            send = _filling_invalid_params(send, message, scope)
+        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
+
+    async def _too_large(self, send: Any, receive: Any, size: int, start: bytes, *, more: bool) -> None:
+        """413 with a JSON-RPC error naming the limit (the SDK's is a bare "Request body too
+        large"), the request's id when its first bytes show it. The rest of the body is read
+        first (up to DRAIN_BYTES), unkept: closing a socket with unread data resets it, and
+        the client then sees "connection reset" instead of the answer."""
+        drained = size
+        while more and drained <= DRAIN_BYTES:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left
+            chunk = message.get("body", b"")
+            start = start or chunk[:ID_EDGE_BYTES]
+            drained += len(chunk)
+            more = bool(message.get("more_body"))
+        policy = self._codespace.workspace.limits.max_argument_bytes
+        body = encode({"jsonrpc": "2.0", "id": dropped_line_id(DroppedLine(TOO_LONG, start[:ID_EDGE_BYTES], b"")),
+                       "error": {"code": -32600, "message": (
+                           f"Invalid Request: the request body is {size} bytes or more, larger than the {self._limit} "
+                           "this server reads; nothing was done. Send smaller arguments (the policy's "
+                           f"limits.max_argument_bytes, {policy} bytes, bounds one call's arguments; write big "
+                           "content in parts)")}})
+        await send({"type": "http.response.start", "status": 413, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
 
 
 _EMPTY_INVALID_PARAMS = b'"code":-32602,"message":"Invalid request parameters","data":""'
