@@ -276,6 +276,29 @@ async def test_http_bodies_past_the_cap_get_a_json_rpc_error_naming_the_limit_at
                 assert time.monotonic() - started < 5
 
 
+async def test_http_sessions_are_capped_and_the_refusal_says_what_frees_a_place(ws, state):
+    """Found by testing from outside: 6,000 initialize requests, none closed, took the server from
+    75 to 322 MB (the SDK's cap is 10,000 sessions, each about 40 KB, ended after 30 min idle)."""
+    with http_server(ws, state, CODESPACE_HTTP_MAX_SESSIONS="3") as (url, _):
+        token = (state / "http-token").read_text().strip()
+        auth = {**HEADERS, "Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            opened = []
+            for _ in range(3):
+                answer = await http.post(url, json=INIT, headers=auth)
+                assert answer.status_code == 200
+                opened.append(answer.headers["mcp-session-id"])
+            refused = await http.post(url, json=INIT, headers=auth)
+            assert refused.status_code == 503
+            error = refused.json()
+            assert error["id"] == 1 and "Too many open MCP sessions: 3" in error["error"]["message"], error
+            assert "CODESPACE_HTTP_MAX_SESSIONS" in error["error"]["message"] and "DELETE" in error["error"]["message"]
+            closed = await http.delete(url, headers={**auth, "mcp-session-id": opened[0],
+                                                     "mcp-protocol-version": "2025-11-25"})
+            assert closed.status_code == 200, closed.text
+            assert (await http.post(url, json=INIT, headers=auth)).status_code == 200  # a place again
+
+
 async def test_http_answers_hostile_bodies_with_json_rpc_errors(ws, state):
     """The same refusals as over stdio: nesting too deep, an object as id (the SDK left it
     unanswered), a batch; the server goes on serving."""

@@ -24,7 +24,9 @@ from ..app import App
 from ..server import build_server
 from ..workspace import WorkspaceError
 from .http_guard import (
+    DEFAULT_MAX_SESSIONS,
     LISTEN_QUEUE,
+    SESSION_IDLE_S,
     ConnectionLimits,
     GuardedServer,
     guarded_protocol,
@@ -158,7 +160,7 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def asgi_app(app: App, port: int, token: str) -> Any:
+def asgi_app(app: App, port: int, token: str, max_sessions: int = DEFAULT_MAX_SESSIONS) -> Any:
     server = build_server(app, transport="http")
     hosts = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
     security = TransportSecuritySettings(
@@ -173,6 +175,8 @@ def asgi_app(app: App, port: int, token: str) -> Any:
         # Leave room for the JSON-RPC envelope, so an oversized argument reaches the
         # gateway and gets a refusal that names the rule instead of a bare 413.
         max_request_body_size=limit * 2 + 65536,
+        max_sessions=max_sessions,
+        session_idle_timeout=SESSION_IDLE_S,
     )
     precheck = JsonRpcPrecheck(starlette_app, limit * 2 + 65536, app, server.session_manager, security)
     return BearerTokenGate(HostOriginGate(precheck, security), token)
@@ -206,7 +210,7 @@ async def _serve_on(app: App, sock: socket.socket, token: str, where: str, limit
 
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        asgi_app(app, port, token), log_level="warning", lifespan="on", access_log=False, ws="none",
+        asgi_app(app, port, token, limits.max_sessions), log_level="warning", lifespan="on", access_log=False, ws="none",
         http=guarded_protocol(limits), backlog=limits.accept_batch,
     )
     quiet_accept_errors(asyncio.get_running_loop())

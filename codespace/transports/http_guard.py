@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 ENV_MAX_CONNECTIONS = "CODESPACE_HTTP_MAX_CONNECTIONS"
 ENV_REQUEST_TIMEOUT = "CODESPACE_HTTP_REQUEST_TIMEOUT"
+ENV_MAX_SESSIONS = "CODESPACE_HTTP_MAX_SESSIONS"
 
 # A loopback MCP server serves a handful of agents, each holding a few connections
 # (a POST per call in flight, one GET stream, an idle keep-alive or two): 256 is
@@ -47,6 +48,11 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 # nothing, so GuardedServer then deepens the queue again: a flood waits there instead
 # of having its handshakes dropped and retried a second later, real clients with it.
 DEFAULT_ACCEPT_BATCH = 128
+# MCP sessions open at once (each about 40 KB, measured); the SDK ends one after 30 min without
+# a request and allows 10,000 (400 MB), which a client opening one per call reached (found by
+# testing from outside). A few agents need a few each.
+DEFAULT_MAX_SESSIONS = 256
+SESSION_IDLE_S = 1800.0
 LISTEN_QUEUE = 2048
 WARNING_INTERVAL = 10.0
 
@@ -76,6 +82,7 @@ class ConnectionLimits:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
     accept_batch: int = DEFAULT_ACCEPT_BATCH  # connections accepted per wake-up: uvicorn.Config(backlog=...)
+    max_sessions: int = DEFAULT_MAX_SESSIONS
 
 
 def _descriptor_budget() -> int:
@@ -106,7 +113,13 @@ def limits_from_env(env: Mapping[str, str]) -> ConnectionLimits:
             request_timeout = -1.0
         if not 0 < request_timeout <= 3600:
             raise ValueError(f"${ENV_REQUEST_TIMEOUT} is {raw!r}; set a number of seconds above 0 and at most 3600")
-    return ConnectionLimits(max_connections, request_timeout, accept_batch)
+    max_sessions = DEFAULT_MAX_SESSIONS
+    raw = env.get(ENV_MAX_SESSIONS)
+    if raw:
+        if not raw.isdigit() or not 1 <= int(raw) <= 100_000:
+            raise ValueError(f"${ENV_MAX_SESSIONS} is {raw!r}; set a whole number from 1 to 100000")
+        max_sessions = int(raw)
+    return ConnectionLimits(max_connections, request_timeout, accept_batch, max_sessions)
 
 
 class Throttled:

@@ -189,10 +189,28 @@ class JsonRpcPrecheck:
                 await _respond(send, 400, bad.reply)
                 return
         else:
-            if await self._surrogate_call(message, scope, send):
+            if await self._surrogate_call(message, scope, send) or await self._no_room(message, scope, send):
                 return
             send = _filling_invalid_params(send, message, scope)
         await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
+
+    async def _no_room(self, message: Any, scope: dict[str, Any], send: Any) -> bool:
+        """An initialize that would open a session past the cap: the SDK's 503 says only "Too
+        many open sessions"; this one says which limit and what frees a place."""
+        cap = getattr(self._sessions, "max_sessions", None)
+        sessions = getattr(self._sessions, "_server_instances", None)  # see _live_session
+        if not isinstance(message, dict) or message.get("method") != "initialize" or cap is None \
+                or not isinstance(sessions, Mapping) or len(sessions) < cap \
+                or Headers(scope=scope).get(MCP_SESSION_ID_HEADER) is not None:
+            return False
+        await _respond(send, 503, encode({"jsonrpc": "2.0", "id": message.get("id"), "error": {
+            "code": -32603, "message": (
+                f"Too many open MCP sessions: {len(sessions)}, the most this server keeps "
+                "($CODESPACE_HTTP_MAX_SESSIONS); nothing was opened. A session ends when its client closes it "
+                "(an HTTP DELETE with its mcp-session-id, which the SDKs send on close) or after 30 minutes "
+                "without a request. To proceed: reuse an open session, close unused ones, or ask the operator "
+                "to raise the limit")}}))
+        return True
 
     async def _too_large(self, send: Any, receive: Any, size: int, start: bytes, *, more: bool) -> None:
         """413 with a JSON-RPC error naming the limit (the SDK's is a bare "Request body too
