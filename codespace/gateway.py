@@ -107,7 +107,8 @@ class Gateway:
         tool = self.registry.get(name)
         if tool is None:
             known = ", ".join(sorted(t.name for t in self.registry))
-            return error_outcome("unknown_tool", f"unknown tool {name!r}; available tools: {known}")
+            shown = name if len(name) <= 80 else name[:80] + "..."  # not a 100,000-character name echoed whole
+            return error_outcome("unknown_tool", f"unknown tool {shown!r}; available tools: {known}")
         raw_args = raw_args or {}
 
         limit = self.workspace.limits.max_argument_bytes

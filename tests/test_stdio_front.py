@@ -209,6 +209,35 @@ def test_hostile_lines_get_errors_and_spare_their_neighbours(tmp_path, direct):
 
 
 @pytest.mark.parametrize("direct", ["1", "0"])
+def test_a_null_id_a_notification_with_an_id_and_params_not_an_object_are_named(tmp_path, direct):
+    """Found by testing from outside: a ping with id null got a result (MCP forbids null ids, and a
+    client cannot tell that answer from an error's), a notification sent with an id got no answer
+    at all, and params given as an array got "4 validation errors for union[...]"."""
+    lines = [
+        INIT, INITIALIZED,
+        {"jsonrpc": "2.0", "id": None, "method": "ping"},
+        {"jsonrpc": "2.0", "id": 43, "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 44, "method": "notifications/cancelled", "params": {"requestId": 1}},
+        {"jsonrpc": "2.0", "id": 46, "method": "tools/call", "params": [1, 2]},
+        {"jsonrpc": "2.0", "id": 47, "method": "tools/list", "params": "x"},
+        {"jsonrpc": "2.0", "id": 48, "method": "tools/call", "params": {"name": "y" * 100_000, "arguments": {}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+    ]
+    got = replies(serve_lines(tmp_path, f"ids-{direct}", lines, direct=direct))
+    assert json.loads(got[2])["result"] == {}
+    (null,) = [json.loads(raw)["error"] for raw in got[None]]
+    assert null["code"] == -32600 and '"id" is null, which MCP does not allow' in null["message"], null
+    for request_id, method in ((43, "notifications/initialized"), (44, "notifications/cancelled")):
+        error = json.loads(got[request_id])["error"]
+        assert error["code"] == -32600 and f"'{method}' is a notification, which carries no \"id\"" in error["message"]
+    for request_id, kind in ((46, "an array"), (47, "a string")):
+        error = json.loads(got[request_id])["error"]
+        assert error["code"] == -32602 and f"must be an object (MCP passes parameters by name), not {kind}" \
+            in error["message"], error
+    assert len(got[48]) < 2000, len(got[48])  # the unknown name is not echoed whole
+
+
+@pytest.mark.parametrize("direct", ["1", "0"])
 def test_an_id_with_a_lone_surrogate_gets_an_error_not_the_end_of_the_server(tmp_path, direct):
     """JSON lets a string id hold ``\\ud800``, which no UTF-8 reply can carry: the first line of a
     connection with one used to end the server (UnicodeEncodeError writing the answer); later, a

@@ -187,4 +187,29 @@ def parse(line: bytes) -> dict[str, Any]:
     if "method" in message and not isinstance(method, str):
         request_id = message.get("id") if valid_id(message.get("id")) else None
         raise BadMessage(error_reply(request_id, INVALID_REQUEST, "Invalid Request: \"method\" must be a string"))
+    # Found by testing from outside: each of these went on to the SDK, which answered a null id
+    # with a result, left a notification with an id unanswered, or named none of the problem.
+    if method is not None and "id" in message:
+        request_id = message["id"]
+        if request_id is None:
+            raise BadMessage(error_reply(None, INVALID_REQUEST, "Invalid Request: \"id\" is null, which MCP does not "
+                                         "allow; send a string or an integer id (or no \"id\" at all for a notification)"))
+        if method.startswith("notifications/"):
+            raise BadMessage(error_reply(request_id, INVALID_REQUEST, f"Invalid Request: {_shown(method)} is a "
+                                         "notification, which carries no \"id\" and gets no answer; send it without one"))
+        params = message.get("params")
+        if "params" in message and not isinstance(params, dict):
+            raise BadMessage(error_reply(request_id, INVALID_PARAMS, f"Invalid params: \"params\" of {_shown(method)} "
+                                         f"must be an object (MCP passes parameters by name), not {_json_type(params)}"))
     return message
+
+
+def _shown(text: str, at_most: int = 80) -> str:
+    """A client's string quoted in a message, cut short (a 100,000-character name echoed in full
+    made a 200 KB error)."""
+    return repr(text if len(text) <= at_most else text[:at_most] + "...")
+
+
+def _json_type(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+            type(None): "null"}.get(type(value), type(value).__name__)
