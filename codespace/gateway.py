@@ -69,6 +69,8 @@ def describe_validation_error(tool: str, exc: ValidationError) -> str:
             message = "unknown argument"
         elif item["type"] == "value_error" and "error" in item.get("ctx", {}):
             message = str(item["ctx"]["error"])  # our validators' own words, without pydantic's "Value error, "
+        elif item["type"] == "int_parsing_size":  # pydantic: "Unable to parse input string...", for 1e300 too
+            message = "the number is far too large for this integer argument; give a whole number within its schema's bounds"
         else:
             message = item["msg"]
         problems.append(f"'{where}': {message}")

@@ -158,6 +158,8 @@ async def test_malformed_input_gets_readable_errors(make_app, mode):
         assert slash["code"] == "invalid_arguments", slash
         assert "'path': the path ends with '/', which names a directory, not a file" in slash["message"], slash
         assert "Value error" not in slash["message"]
+        huge = await call_error(client, "exec", {"command": ["true"], "timeout_ms": 1e300})
+        assert "'timeout_ms': the number is far too large" in huge["message"] and "string" not in huge["message"], huge
         assert (await call_ok(client, "tally", {"name": "still-serving"}))["count"] == 1
 
 
