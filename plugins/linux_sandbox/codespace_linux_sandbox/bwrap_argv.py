@@ -27,7 +27,7 @@ Only ``posix`` is imported: this runs on every sandboxed command.
 
 import posix
 
-S_IFMT, S_IFDIR, S_IFLNK = 0o170000, 0o040000, 0o120000
+S_IFMT, S_IFDIR, S_IFLNK, S_IFREG = 0o170000, 0o040000, 0o120000, 0o100000
 REPLACED = ("/proc", "/dev")  # the sandbox gets its own; never masked, never bound
 
 
@@ -157,17 +157,25 @@ def private_tmp_dirs(policy: dict, env: dict) -> list[str]:
 
 
 def runtime_under(private: list[str], runtime, policy: dict, writable: list[str]) -> list[str]:
-    """The server's runtime directories a private tmpfs would hide, which the policy lets the
-    command read: bound back read-only (deny-read masks still go on top)."""
+    """Of ``runtime`` (the server's runtime directories, and the roots the policy names
+    readable), those a private tmpfs would hide which the policy lets the command read: bound
+    back read-only (deny-read masks still go on top)."""
     readable = policy["readable"]
     return [
-        path for path in runtime
+        path for path in dict.fromkeys(runtime)
         if any(_inside(path, tmp) for tmp in private)
         and not any(_inside(path, w) for w in writable)
         and ("/" in readable or any(_inside(path, r) for r in readable))
         and not any(_inside(path, d) for d in policy["deny_read"])
-        and _is_dir(path)
+        and _bindable(path)
     ]
+
+
+def _bindable(path: str) -> bool:
+    try:
+        return posix.stat(path).st_mode & S_IFMT in (S_IFDIR, S_IFREG)
+    except OSError:
+        return False
 
 
 def masked_deny_paths(deny_read: list[str], *, own_uid: bool) -> list[tuple[str, int]]:
@@ -219,7 +227,11 @@ def build(handshake: dict) -> Plan:
     private = private_tmp_dirs(policy, command["env"])
     for path in private:
         ops.append((_depth(path), 0, ["--tmpfs", path]))
-    for path in runtime_under(private, options.get("runtime", ()), policy, writable):
+    # Bound back read-only below the private tmpfs: the server's runtime, and what the policy names
+    # readable there (found by testing from outside: "/tmp/x" = "read" was readable by the file tools
+    # and missing for commands).
+    named = [r for r in policy["readable"] if r != "/" and r not in private]
+    for path in runtime_under(private, [*options.get("runtime", ()), *named], policy, writable):
         ops.append((_depth(path), 1, ["--ro-bind", path, path]))
     for root in writable:
         ops.append((_depth(root), 1, ["--bind", root, root]))

@@ -111,6 +111,20 @@ def test_runtime_under_private_tmp_is_bound_back_read_only(tmp_path):
     assert args.index(str(tmp_path)) < args.index(str(venv))  # after the tmpfs that hid it
 
 
+def test_roots_the_policy_names_readable_under_private_tmp_are_bound_back_read_only(tmp_path):
+    """Found by testing from outside: "/tmp/x" = "read" was readable by the file tools and missing
+    for commands (the private /tmp hid it)."""
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "token.txt").write_text("t")
+    hs = _hs(tmp_path, readable=["/", str(tmp_path / "shared"), str(tmp_path / "token.txt"), str(tmp_path / "gone")])
+    args = bwrap_argv.build(hs).args
+    binds = [(args[i + 1], args[i + 2]) for i, a in enumerate(args) if a == "--ro-bind"]
+    for path in (tmp_path / "shared", tmp_path / "token.txt"):
+        assert (str(path), str(path)) in binds
+        assert args.index("/tmp") < args.index(str(path))  # on top of the private tmpfs
+    assert str(tmp_path / "gone") not in args  # missing: nothing to bind
+
+
 def test_runtime_stays_hidden_where_the_policy_hides_it(tmp_path):
     venv = tmp_path / "venv"
     venv.mkdir()

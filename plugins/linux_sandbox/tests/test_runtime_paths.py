@@ -47,3 +47,30 @@ def test_server_code_under_tmp_runs_inside_and_the_rest_of_tmp_stays_hidden(base
     assert out.splitlines() == ["runtime visible", "False"], err
     assert status != 0 and "Read-only file system" in err  # bound back read-only
     assert not (code / "new.txt").exists()
+
+
+@pytest.mark.anyio
+async def test_a_root_the_policy_names_readable_under_tmp_is_readable_by_commands(base):
+    """Found by testing from outside: "/tmp/x" = "read" was readable by the file tools and missing
+    for commands under bubblewrap (the private /tmp hid it). It is bound back read-only; the rest
+    of the host's /tmp stays hidden."""
+    from codespace.testing import build_app, call_ok, connect
+
+    require_engine("bubblewrap")
+    root = Path(tempfile.mkdtemp(prefix="codespace-readable-", dir="/tmp"))
+    try:
+        (root / "shared").mkdir()
+        (root / "shared" / "data.txt").write_text("shared data\n")
+        (root / "other.txt").write_text("not named\n")
+        ws = base / "ws"
+        ws.mkdir()
+        policy = f'[sandbox]\nengine = "bubblewrap"\n[filesystem.paths]\n"{root}/shared" = "read"\n'
+        app = build_app(ws, state_dir=base / "state", policy=policy, plugins=("linux_sandbox",))
+        script = (f"cat {root}/shared/data.txt; [ -e {root}/other.txt ] && echo VISIBLE other; "
+                  f"{{ echo x > {root}/shared/new; }} 2>/dev/null && echo WRITABLE; echo done")
+        async with connect(app) as client:
+            result = await call_ok(client, "exec", {"command": ["sh", "-c", script]})
+        assert result["output"] == "shared data\ndone\n", result["output"]
+        assert not (root / "shared" / "new").exists()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
