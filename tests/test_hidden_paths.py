@@ -187,6 +187,18 @@ async def test_hard_link_to_a_hidden_file(uid):
             assert (await call_ok(client, "read_file", {"path": "plain.txt"}))["content"] == "plain\n"
             view = await client.call_tool("read_file", {"path": "innocent.txt", "encoding": "base64"})
             assert view.is_error
+            # Nor is its hash told by a write (found by testing from outside: previous_sha256 was the
+            # hidden file's), and expected_sha256 cannot be checked against it; the write replaces the
+            # name, and the hidden file keeps its content.
+            import hashlib
+
+            digest = hashlib.sha256((home / ".git-credentials").read_bytes()).hexdigest()
+            guessed = await call_error(client, "write_file", {"path": "innocent.txt", "content": "x",
+                                                              "expected_sha256": digest})
+            assert "filesystem.hardlinks" in guessed["message"] and "expected_sha256" in guessed["message"], guessed
+            written = await call_ok(client, "write_file", {"path": "innocent.txt", "content": "mine\n"})
+            assert written["previous_sha256"] is None, written
+            assert SECRET in (home / ".git-credentials").read_text()
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

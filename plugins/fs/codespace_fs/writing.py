@@ -166,16 +166,17 @@ def write_atomic(
     else:
         parent, name = conf.open_parent(path, need="write", action="write")
     try:
-        return _replace(parent.fd, name, path, data, expected_sha256, must_not_exist, durable, report_previous)
+        return _replace(parent.fd, name, path, data, expected_sha256, must_not_exist, durable, report_previous,
+                        unread_links=conf.refuse_hardlinks)
     finally:
         os.close(parent.fd)
 
 
 def _replace(
     dirfd: int, name: str, path: str, data: bytes, expected: str | None, must_not_exist: bool,
-    durable: bool = True, report_previous: bool = True,
+    durable: bool = True, report_previous: bool = True, *, unread_links: bool = False,
 ) -> tuple[bool, str | None]:
-    before, previous = _existing(dirfd, name, path, expected, must_not_exist, report_previous)
+    before, previous = _existing(dirfd, name, path, expected, must_not_exist, report_previous, unread_links)
     mode = kept_mode(before.st_mode) if before is not None else 0o666
     fd, tmp = _open_temp(dirfd, mode, path)
     try:
@@ -222,9 +223,12 @@ def _replace(
 
 def _existing(
     dirfd: int, name: str, path: str, expected: str | None, must_not_exist: bool, report_previous: bool,
+    unread_links: bool = False,
 ) -> tuple[os.stat_result | None, str | None]:
     """What the write is to replace, checked: its lstat (None when absent) and, when
-    asked for, its SHA-256."""
+    asked for, its SHA-256. ``unread_links`` (``filesystem.hardlinks = 'refuse'``): a file
+    with several links is not hashed either, since a hash says what reads may not (found by
+    testing from outside: previous_sha256 gave that of a hidden file's content)."""
     before = lstat_at(dirfd, name, path)
     previous = None
     if before is not None:
@@ -238,7 +242,14 @@ def _existing(
                 f"cannot write {path}: it already exists and must_not_exist=true. To proceed: read it first, then "
                 "write with expected_sha256, or choose another name.", path=path, errno=errno.EEXIST,
             )
-        if report_previous or expected is not None:
+        if unread_links and before.st_nlink > 1:
+            if expected is not None:
+                raise errors.refused(
+                    f"cannot check expected_sha256 against {path}: it has {before.st_nlink} hard links, and the "
+                    "policy forbids reading such files (rule filesystem.hardlinks = 'refuse')", path=path,
+                    rule="filesystem.hardlinks", hint="write without expected_sha256: the name gets a new file, "
+                    "and its other links keep their content")
+        elif report_previous or expected is not None:
             previous = _hash_at(dirfd, name, path)
     if expected is not None:
         _check_expected(path, expected, previous)
