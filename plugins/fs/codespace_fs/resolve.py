@@ -186,6 +186,8 @@ class Confinement:
                         root, rel, flags, follow_last, self.follow_links, self.rules.hides)
                 except openat_walk.HiddenWay as hidden:
                     raise self._hidden_way(path if leaf is None else join(path, leaf), hidden.refusal) from None
+                if followed and self.mode == "openat2":
+                    real_rel = self._real_rel(root, fd)  # where the object is now, as the kernel names it
         except OSError as exc:
             raise self._explain(exc, root, rel, path if leaf is None else f"{path.rstrip('/')}/{leaf}", action) from exc
         if not followed:
@@ -216,6 +218,22 @@ class Confinement:
             if exc.errno != errno.ELOOP or not self.follow_links:
                 raise
         return None
+
+    def _real_rel(self, root: Root, fd: int) -> str:
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            root_real = os.readlink(f"/proc/self/fd/{root.fd}")
+        except OSError as exc:
+            os.close(fd)
+            raise OSError(errno.ELOOP, "cannot tell where a symbolic link led: /proc/self/fd is unavailable") from exc
+        if root_real == "/":
+            return real.lstrip("/")
+        if real == root_real:
+            return ""
+        if not real.startswith(root_real + "/"):  # a directory on the way moved out of the root meanwhile
+            os.close(fd)
+            raise OSError(errno.EXDEV, f"resolved outside the root: {real}")
+        return real[len(root_real) + 1:]
 
     def _hidden_way(self, shown: str, refusal) -> FsError:  # noqa: ANN001 - codespace.contract.Refused
         return errors.refused(
