@@ -109,9 +109,12 @@ def pinned_parents(policy: dict, writable: list[str]) -> list[str]:
             if _lstat_mode(current) != S_IFDIR:
                 break  # missing (a placeholder covers the path) or a link (check_links refused it)
             pins.add(current)
-    # Never inside a mask or a read-only bind: a bind there would open what it hides or make
-    # it writable again (and nothing can be renamed inside either).
-    return sorted(p for p in pins if p not in writable and not any(_inside(p, r) for r in ruled))
+    # Never inside a mask or a read-only bind below the pin's own writable root: a bind there would
+    # open what it hides or make it writable again (and nothing can be renamed inside either). One
+    # above that root is covered by the root's own bind (found by testing from outside: with
+    # home = "hidden" and the workspace in the home, no directory was pinned at all).
+    return sorted(p for p in pins if p not in writable and not any(
+        _inside(p, r) and _inside(r, root) and r != root for r in ruled for root in (_owning_root(p, writable),)))
 
 
 def check_links(policy: dict) -> None:

@@ -83,6 +83,20 @@ def test_the_parents_of_ruled_paths_are_pinned_as_mount_points(tmp_path):
     assert args.index(str(ws / "a/b")) < args.index(str(ws / "a/b/secrets"))  # before the mask on top
 
 
+def test_parents_are_pinned_when_the_writable_root_lies_inside_a_hidden_or_read_only_area(tmp_path):
+    """Found by testing from outside: with home = "hidden" and the workspace in the home (or a
+    writable root below a read-only or hidden entry), every pin counted as inside a mask and none
+    was bound, so ``mv a b`` carried a/secrets out of its rule again."""
+    home = tmp_path / "home"
+    ws = home / "ws"
+    for directory in ("a/secrets", "deploy/keys"):
+        (ws / directory).mkdir(parents=True)
+    hs = _hs(tmp_path, writable=[str(ws)], deny_read=[str(home), str(ws / "a/secrets")],
+             protected=[str(ws / "deploy/keys")], readable=["/"])
+    binds = _pairs(bwrap_argv.build(hs).args, "--bind")
+    assert str(ws / "a") in binds and str(ws / "deploy") in binds, binds
+
+
 @pytest.mark.parametrize("kind", ["protected", "deny_read"])
 def test_a_link_inside_a_writable_root_fails_closed(tmp_path, kind):
     ws = tmp_path / "ws"

@@ -38,15 +38,23 @@ echo done
 """
 
 
-async def test_a_command_cannot_rename_the_parents_of_what_the_policy_hides_or_protects(base, engine):
+@pytest.mark.parametrize("home_hidden", [False, True], ids=["plain", "workspace-in-hidden-home"])
+async def test_a_command_cannot_rename_the_parents_of_what_the_policy_hides_or_protects(base, engine, home_hidden,
+                                                                                        monkeypatch):
+    """``workspace-in-hidden-home``, found by the next round of testing: with home = "hidden" and
+    the workspace in the home, every pin counted as inside a mask, and none was bound."""
     ws = base / "ws"
+    policy = POLICY.format(engine=engine)
+    if home_hidden:
+        monkeypatch.setenv("HOME", str(base))
+        policy = policy.replace("[filesystem]\n", '[filesystem]\nhome = "hidden"\n')
     for directory in ("a/secrets", "c/d/e", "deploy/keys"):
         (ws / directory).mkdir(parents=True)
     (ws / "a/secrets/x.txt").write_text("HIDDEN\n")
     (ws / "c/d/e/y.txt").write_text("DEEP\n")
     (ws / "deploy/keys/k").write_text("KEY\n")
     (ws / "a/plain.txt").write_text("plain\n")
-    app = build_app(ws, state_dir=base / "state", policy=POLICY.format(engine=engine), plugins=("linux_sandbox",))
+    app = build_app(ws, state_dir=base / "state", policy=policy, plugins=("linux_sandbox",))
     async with connect(app) as client:
         result = await call_ok(client, "exec", {"command": ["sh", "-c", ATTEMPTS]})
         # The rules still name where the files are: the file tools refuse them (and no other name
