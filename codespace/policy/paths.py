@@ -190,6 +190,14 @@ class PathRules:
             return Refused("filesystem.paths (no entry)", "a path no filesystem.paths entry covers")
         return Refused(rule.source, f"{rule.path} ({rule.source} = 'none')")
 
+    def hidden_way(self, path: str, where: Refused, need: Need) -> Refused:
+        """The refusal of ``path``, whose way would look inside what ``where`` (from
+        :meth:`hides`) names: the gateway's and a backend's word for word, since which of
+        them refused would otherwise tell something (the gateway's resolution of a link that
+        loops back, say, goes through the hidden directory to find that out)."""
+        text = f"{path} resolves through a symbolic link into {where.message}, which the policy hides"
+        return _with_hint(Refused(where.rule, text), need)
+
     def hidden_on_the_way(self, path: str) -> Refused | None:
         """Why resolving ``path`` as the kernel would (its links followed, as ``realpath``
         does) would look a name up inside a directory the policy hides (:meth:`hides`), or
@@ -284,8 +292,7 @@ class PathRules:
         if real != path:  # a link on the way: where did it lead, and what did it pass?
             passed = self.hidden_on_the_way(path if follow else os.path.dirname(path))
             if passed is not None:
-                text = f"{path} resolves through a symbolic link into {passed.message}, which the policy hides"
-                return _with_hint(Refused(passed.rule, text), need)
+                return self.hidden_way(path, passed, need)
             refusal = self.check_exact(real, need)
             if refusal is not None:
                 rule = self.match(real)

@@ -185,7 +185,9 @@ class Confinement:
                     fd, followed, real_rel = openat_walk.walk(
                         root, rel, flags, follow_last, self.follow_links, self.rules.hides)
                 except openat_walk.HiddenWay as hidden:
-                    raise self._hidden_way(path if leaf is None else join(path, leaf), hidden.refusal) from None
+                    shown = path if leaf is None else join(path, leaf)
+                    refusal = self.rules.hidden_way(shown, hidden.refusal, need)  # the gateway's words
+                    raise errors.PolicyRefused(refusal.rule, refusal.message, path=shown) from None
                 if followed and self.mode == "openat2":
                     real_rel = self._real_rel(root, fd)  # where the object is now, as the kernel names it
         except OSError as exc:
@@ -234,12 +236,6 @@ class Confinement:
             os.close(fd)
             raise OSError(errno.EXDEV, f"resolved outside the root: {real}")
         return real[len(root_real) + 1:]
-
-    def _hidden_way(self, shown: str, refusal) -> FsError:  # noqa: ANN001 - codespace.contract.Refused
-        return errors.refused(
-            f"{shown} resolves through a symbolic link into {refusal.message}, which the policy hides",
-            path=shown, rule=refusal.rule, hint="read only paths the policy allows (see workspace_info)",
-        )
 
     # -- messages ------------------------------------------------------------------
 

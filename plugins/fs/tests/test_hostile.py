@@ -405,3 +405,26 @@ async def test_a_link_whose_way_looks_inside_a_hidden_directory_says_nothing_of_
     (refusal,) = refusals
     assert f"resolves through a symbolic link into {world.ws}/secret (filesystem.paths['secret'] = 'none')" \
         in refusal and "which the policy hides" in refusal, refusal
+
+
+async def test_links_that_loop_back_through_a_hidden_directory_all_get_one_answer(world, make_app, mode, resolver):
+    """Found by the next round of testing: the gateway resolved a link that loops back through
+    the hidden directory to find out it loops, and let it through to the backend, whose refusal
+    was worded differently; so the wording told whether a name there was a link, a directory or
+    missing, and how deep a link's target was. Both refuse with one text now."""
+    (world.ws / "pub").mkdir()
+    (world.ws / "secret" / "real").mkdir()
+    (world.ws / "secret" / "lnk").symlink_to("../pub")
+    ways = {"loop1": "nodir/../..", "loop2": "lnk/../..", "loop3": "real/../..", "loop4": "lnk/..",
+            "loop5": "real/..", "loop6": "nolnk/.."}
+    for name, way in ways.items():
+        (world.ws / "pub" / name).symlink_to(f"../secret/{way}/pub/{name}")
+    answers = set()
+    async with connect(make_app(HIDDEN_WAY), mode=mode) as client:
+        for name in ways:
+            for tool, args in (("read_file", {"path": f"pub/{name}"}), ("stat", {"path": f"pub/{name}", "follow_symlinks": True})):
+                result = await client.call_tool(tool, args)
+                assert result.is_error, (name, tool)
+                answers.add((tool, result.content[0].text.replace(f"{world.ws}/pub/{name} ", "<link> ")))
+    assert len(answers) == 2, answers  # one per tool, whatever the hidden directory holds
+    assert all("(filesystem.paths['secret'] = 'none'), which the policy hides" in text for _, text in answers)
