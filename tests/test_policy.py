@@ -171,6 +171,30 @@ def test_a_link_whose_way_passes_through_a_hidden_directory_is_refused_whether_o
     assert rules.check(str(ws / "absolute"), "read") is None
 
 
+def test_a_way_past_the_kernels_bounds_is_refused_at_once_naming_them(tmp_path):
+    """Found by testing from outside: 40 links each of 4,000 bytes of "d/../" took one call seconds
+    to judge. Past 40 links or 4,096 steps the kernel would refuse the path (ELOOP) anyway: it is
+    refused here, without looking further (where a hidden directory could lie)."""
+    import time
+
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    for i in range(41):
+        os.symlink(f"c{i + 1}", ws / f"c{i}")
+    os.symlink("d", ws / "c41")
+    for i in range(40):
+        os.symlink("d/../" * 790 + f"w{i + 1}", ws / f"w{i}")
+    os.symlink("d", ws / "w40")
+    rules = _rules(ws, {})
+    started = time.monotonic()
+    chain = rules.check(str(ws / "c0" / "f"), "read")
+    wide = rules.check(str(ws / "w0" / "f"), "read")
+    assert time.monotonic() - started < 1
+    assert chain is not None and chain.rule == "filesystem.symlinks" and "more than 40 symbolic links" in chain.message
+    assert wide is not None and "more than 4096 steps" in wide.message and "ELOOP" in wide.message, wide
+    assert rules.check(str(ws / "c40" / "f"), "read") is None  # two links: well within
+
+
 def test_a_link_into_a_hidden_path_is_refused_without_naming_where_it_leads(tmp_path):
     """A link inside a hidden area leads further (its text is that area's content): the refusal
     names the rule that hides it, never the resolved path."""

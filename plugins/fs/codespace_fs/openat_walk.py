@@ -18,6 +18,15 @@ from .roots import O_CLOEXEC, O_DIR, O_NOFOLLOW, O_PATH, Root
 
 MAX_LINKS = 40  # the kernel's own limit on links followed in one lookup
 RETRIES = 8  # lookups of one component that keeps changing under us before giving up
+MAX_STEPS = 4096  # components, links' texts included (the core's MAX_RESOLVE_STEPS: see there)
+
+
+class TooLongAWay(OSError):
+    """ELOOP for a way past MAX_LINKS links or MAX_STEPS components, as the kernel refuses it."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(errno.ELOOP, f"the path takes {what} to resolve")
+        self.what = what
 
 
 class HiddenWay(Exception):
@@ -41,10 +50,13 @@ def walk(
     fds = [root.fd]
     names: list[str] = []
     followed = False
-    links = 0
+    links = steps = 0
     result = -1
     try:
         while todo:
+            steps += 1
+            if steps > MAX_STEPS:
+                raise TooLongAWay(f"more than {MAX_STEPS} steps")
             name = todo.pop()
             if name == ".":
                 continue
@@ -129,7 +141,7 @@ def _splice_link(
         raise OSError(errno.ELOOP, "magic link under /proc")
     links += 1
     if links > MAX_LINKS:
-        raise OSError(errno.ELOOP, "too many levels of symbolic links")
+        raise TooLongAWay(f"more than {MAX_LINKS} symbolic links")
     if target.startswith("/"):
         if not root.is_fs_root:
             raise OSError(errno.EXDEV, "an absolute symbolic link leaves the root")

@@ -257,6 +257,13 @@ class Confinement:
                 hint="use the link's target path directly, so the policy can check it",
             )
         if code == errno.ELOOP:
+            from .openat_walk import TooLongAWay
+
+            if isinstance(exc, TooLongAWay):  # the walk's own bounds, whatever the path's last component is
+                what = (f"too many levels of symbolic links ({exc.what}; a loop?)" if "links" in exc.what
+                        else f"it takes {exc.what} to resolve, more than the kernel would (ELOOP)")
+                return errors.refused(f"{path}: {what}", path=path, rule="filesystem.symlinks", errno_=errno.ELOOP,
+                                      hint="fix the link loop or use the path its links lead to")
             link = _first_link(root, rel)
             if link is None:
                 return errors.refused(

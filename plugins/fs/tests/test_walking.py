@@ -206,6 +206,27 @@ async def test_a_walk_cut_by_its_time_limit_follows_no_more_links(make_app, ws, 
     assert [e for e in out["errors"] if e["path"].startswith("0out")] == []  # not one link resolved
 
 
+async def test_a_walk_through_many_slow_links_stops_at_its_time_limit(make_app, ws, mode, resolver):
+    """Found by testing from outside: 300 links to a 40-link chain of 4,000-byte "d/../" texts took
+    a walk with follow_dir_links 2 minutes, past walk_max_ms, since following links read no clock.
+    Each resolution now stops at 4,096 steps (ELOOP), and the walk at its limit."""
+    (ws / "d").mkdir()
+    for i in range(40):
+        (ws / f"c{i}").symlink_to("d/../" * 790 + f"c{i + 1}")
+    (ws / "c40").symlink_to("d")
+    (ws / "many").mkdir()
+    for i in range(400):
+        (ws / "many" / f"m{i:03}").symlink_to("../c0")
+    async with connect(make_app("[limits]\nwalk_max_ms = 1500\n"), mode=mode) as client:
+        started = time.monotonic()
+        out = await call_ok(client, "walk", {"path": "many", "follow_dir_links": True})
+        elapsed = time.monotonic() - started
+    assert out["truncated_reason"].startswith("walk_max_ms (1500 ms of walking)"), out["truncated_reason"]
+    assert elapsed < 6, elapsed
+    messages = {e["message"] for e in out["errors"]}
+    assert messages and all("4096 steps to resolve" in m for m in messages), messages
+
+
 async def test_hidden_entries_and_pruning(make_app, ws, mode):
     make_tree(ws, TREE)
     async with connect(make_app(), mode=mode) as client:
