@@ -135,6 +135,7 @@ class PathRules:
         self._by_parts: dict[tuple[str, ...], PathRule] = {}
         for rule in self.rules:
             self._by_parts.setdefault(rule.parts, rule)
+        self._open_dirs: dict[str, bool] = {}  # hides(): directories a rule opens
 
     def add(self, rule: PathRule) -> None:
         """One more rule (e.g. a file the server holds a secret in, known after start-up)."""
@@ -179,8 +180,13 @@ class PathRules:
         way may not look inside one (``a/secrets/x/../../pub.txt`` was found or not as ``x``
         existed). A name on the way to an open area below is the exception: that way passes
         there (the sandbox's masks let commands pass there too, and nowhere else)."""
+        if self._open_dirs.get(directory):
+            return None
         rule = self.match(directory)
         if rule is not None and rule.access != "none":
+            if len(self._open_dirs) >= _OPEN_DIRS_KEPT:
+                self._open_dirs.clear()
+            self._open_dirs[directory] = True  # asked once a component of every linked path: kept
             return None
         child = f"{directory.rstrip('/')}/{name}"
         if self.access(child) != "none" or any(r.access != "none" and r.path.startswith(child + "/") for r in self.rules):
@@ -317,6 +323,7 @@ class PathRules:
 
 
 MAX_LINKS = 40  # the kernel's own limit on links followed in one lookup
+_OPEN_DIRS_KEPT = 4096
 # Components a resolution may take, links' included: a path is at most 4,096 bytes, and the
 # kernel follows at most 40 links, so a way past this is made of links' texts full of "d/.."
 # (found by testing from outside: 40 links of 4,000 bytes each took a call seconds).
