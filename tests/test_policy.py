@@ -171,6 +171,28 @@ def test_a_link_whose_way_passes_through_a_hidden_directory_is_refused_whether_o
     assert rules.check(str(ws / "absolute"), "read") is None
 
 
+def test_a_link_looping_back_through_a_hidden_directory_is_judged_whatever_it_holds(tmp_path):
+    """Found by the third round of testing from outside: the kernel cannot resolve a loop, Python's
+    realpath then followed it by name through the hidden directory and came back with the path
+    itself, so the gateway judged nothing, and what grep and apply_patch met next (ENOENT, ELOOP,
+    ENOTDIR) told what the directory held. Every such link is refused alike now."""
+    ws = tmp_path / "ws"
+    (ws / "pub").mkdir(parents=True)
+    (ws / "secret" / "real").mkdir(parents=True)
+    (ws / "secret" / "file").write_text("x")
+    os.symlink("../pub", ws / "secret" / "lnk")
+    rules = _rules(ws, {"secret": "none"})
+    answers = set()
+    for n, name in enumerate(("lnk", "nodir", "real", "file")):
+        os.symlink(f"../secret/{name}/../../pub/loop{n}", ws / "pub" / f"loop{n}")
+        for need in ("read", "write"):
+            refusal = rules.check(str(ws / "pub" / f"loop{n}"), need, follow_leaf=True)
+            assert refusal is not None, (name, need)
+            answers.add((need, refusal.rule, refusal.message.replace(f"loop{n}", "loop")))
+    assert len(answers) == 2, answers  # one per need, whatever the hidden directory holds
+    assert all(f"into {ws}/secret (filesystem.paths['secret'] = 'none')" in message for _, _, message in answers)
+
+
 def test_a_way_past_the_kernels_bounds_is_refused_at_once_naming_them(tmp_path):
     """Found by testing from outside: 40 links each of 4,000 bytes of "d/../" took one call seconds
     to judge. Past 40 links or 4,096 steps the kernel would refuse the path (ELOOP) anyway: it is

@@ -293,12 +293,17 @@ class PathRules:
         follow = need == "read" if follow_leaf is None else follow_leaf
         try:
             if not follow and path != "/":
-                real = os.path.join(_realpath(os.path.dirname(path), resolved), os.path.basename(path))
+                parent = _realpath(os.path.dirname(path), resolved)
+                real = os.path.join(parent, os.path.basename(path))
+                by_name = isinstance(parent, _ByName)
             else:
                 real = _realpath_through(path, resolved)
+                by_name = isinstance(real, _ByName)
         except (OSError, ValueError):
             return None
-        if real != path:  # a link on the way: where did it lead, and what did it pass?
+        # A link on the way, or a way the kernel could not resolve (a loop, say, which Python's
+        # realpath follows by name through whatever lies on it): where did it lead, what did it pass?
+        if real != path or by_name:
             try:
                 passed = self.hidden_on_the_way(path if follow else os.path.dirname(path))
             except TooLongAWay as too_long:
@@ -343,6 +348,13 @@ def _realpath(path: str, resolved: dict[str, str] | None) -> str:
     return real
 
 
+class _ByName(str):
+    """:func:`realpath`'s answer where the kernel could not resolve the whole path: Python's
+    realpath, which goes on by name past missing components and loops, through whatever lies on
+    the way (found by testing from outside: a link looping back through a hidden directory came
+    back as itself, went unjudged, and the errors of what followed told what the directory held)."""
+
+
 def realpath(path: str) -> str:
     """``os.path.realpath(path)``, asked of the kernel when the whole path exists: one
     ``O_PATH`` open and a readlink of its descriptor instead of an lstat (and a readlink per
@@ -351,7 +363,7 @@ def realpath(path: str) -> str:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except (OSError, ValueError):
-        return os.path.realpath(path)
+        return _ByName(os.path.realpath(path))
     try:
         real = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
@@ -359,7 +371,7 @@ def realpath(path: str) -> str:
     finally:
         os.close(fd)
     if not real.startswith("/") or real.endswith(" (deleted)"):
-        return os.path.realpath(path)
+        return _ByName(os.path.realpath(path))
     return real
 
 
@@ -371,8 +383,11 @@ def _realpath_through(path: str, resolved: dict[str, str] | None) -> str:
     parent, name = os.path.split(path)
     if name in ("", ".", ".."):
         return _realpath(path, resolved)
-    candidate = os.path.join(_realpath(parent, resolved), name)
-    return realpath(path) if os.path.islink(candidate) else candidate
+    parent_real = _realpath(parent, resolved)
+    candidate = os.path.join(parent_real, name)
+    if os.path.islink(candidate):
+        return realpath(path)
+    return _ByName(candidate) if isinstance(parent_real, _ByName) else candidate
 
 
 def _with_hint(refusal: Refused, need: Need) -> Refused:
