@@ -54,6 +54,10 @@ def size_of(text: str) -> int:
     return len(json.dumps(text, ensure_ascii=False).encode()) - 2
 
 
+LINKED = ("it has several hard links, and the policy forbids reading such files (rule filesystem.hardlinks = "
+          "'refuse'): not searched")
+
+
 class _File:
     __slots__ = ("key", "raw", "shown", "items", "sizes", "pending", "open", "open_line", "cut")
 
@@ -69,13 +73,16 @@ class _File:
 
 class Collector:
     def __init__(self, *, before: int, after: int, max_matches: int, max_bytes: int, max_line_chars: int,
-                 resume: Position | None, single_name: bytes | None, searched: str) -> None:
+                 resume: Position | None, single_name: bytes | None, searched: str, linked=None) -> None:  # noqa: ANN001
+        """``linked(raw path)``: whether a file is left out as having several hard links
+        (``filesystem.hardlinks = 'refuse'``): its lines are dropped unread, and it is listed as skipped."""
         self.before, self.after = before, after
         self.max_bytes, self.max_matches = max_bytes, max_matches
         self.budget = max_bytes - FIXED - size_of(searched)
         self.max_line_chars = max_line_chars
         self.resume = resume.key() if resume is not None else None
         self.single_name = single_name
+        self.linked = linked
         self.kept: list[_File] = []
         self._keys: list[tuple] = []
         self.count = 0
@@ -139,6 +146,11 @@ class Collector:
         if self.single_name is not None:
             raw = self.single_name
         self._file = _File(raw[2:] if raw.startswith(b"./") else raw)
+        if self.linked is not None and self.linked(self._file.raw):
+            self._skipping = "linked"
+            if len(self.skipped) < MAX_SKIPPED:
+                self.skipped.append({"path": self._file.shown, "reason": LINKED})
+            return
         self._skipping = self._skip(self._file)
         if self._skipping == "after":
             self._file.cut = True  # rg begins a file only for a match: one is left off the page

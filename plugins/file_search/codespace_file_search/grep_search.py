@@ -22,19 +22,22 @@ from .grep_target import Target, open_target
 log = logging.getLogger(__name__)
 
 
-def search(args: GrepArgs, rules, limits, cancel: threading.Event | None = None) -> dict:  # noqa: ANN001
-    """The whole search, blocking: the ``grep`` result as plain data."""
+def search(args: GrepArgs, rules, limits, cancel: threading.Event | None = None, *,  # noqa: ANN001
+           refuse_hardlinks: bool = False) -> dict:
+    """The whole search, blocking: the ``grep`` result as plain data. ``refuse_hardlinks``
+    (``filesystem.hardlinks = 'refuse'``): files with several links are not searched, as they
+    are not read (found by testing from outside: grep showed a hidden file's lines through one)."""
     resume = grep_cursor.decode(args)
-    target = open_target(args.path, rules)
+    target = open_target(args.path, rules, refuse_hardlinks=refuse_hardlinks)
     try:
         hidden = hidden_below(rules, target.real) if target.is_dir else []
         argv = [rg_binary(), *build_argv(args, hidden, single_file=not target.is_dir)]
-        return _run(args, argv, target, resume, limits, cancel)
+        return _run(args, argv, target, resume, limits, cancel, refuse_hardlinks)
     finally:
         target.close()
 
 
-def _collector(args: GrepArgs, limits, resume, target: Target) -> Collector:  # noqa: ANN001
+def _collector(args: GrepArgs, limits, resume, target: Target, refuse_hardlinks: bool) -> Collector:  # noqa: ANN001
     before = args.context if args.before is None else args.before
     after = args.context if args.after is None else args.after
     return Collector(
@@ -43,11 +46,23 @@ def _collector(args: GrepArgs, limits, resume, target: Target) -> Collector:  # 
         max_bytes=min(args.max_bytes or DEFAULT_MAX_BYTES, limits.walk_max_response_bytes),
         max_line_chars=args.max_line_chars, resume=resume,
         single_name=None if target.is_dir else os.fsencode(target.name), searched=args.path,
+        linked=_several_links(target.fd) if refuse_hardlinks and target.is_dir else None,
     )
 
 
-def _run(args: GrepArgs, argv: list[str], target: Target, resume, limits, cancel) -> dict:  # noqa: ANN001
-    collect = _collector(args, limits, resume, target)
+def _several_links(dir_fd: int):  # noqa: ANN202
+    """Whether a file rg names (relative to the searched directory) has several hard links."""
+    def linked(raw: bytes) -> bool:
+        try:
+            return os.stat(raw, dir_fd=dir_fd, follow_symlinks=False).st_nlink > 1
+        except OSError:
+            return True  # gone or unreadable now: not shown either
+    return linked
+
+
+def _run(args: GrepArgs, argv: list[str], target: Target, resume, limits, cancel,  # noqa: ANN001
+         refuse_hardlinks: bool) -> dict:
+    collect = _collector(args, limits, resume, target, refuse_hardlinks)
     deadline = time.monotonic() + args.timeout_ms / 1000
     cwd = f"/proc/{os.getpid()}/fd/{target.fd}" if target.is_dir else "/"
     run = RgRun(argv, cwd=cwd, stdin=subprocess.DEVNULL if target.is_dir else target.fd,

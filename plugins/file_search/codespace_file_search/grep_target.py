@@ -14,7 +14,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from codespace.contract import FsError, PathRules
+from codespace.contract import FsError, PathRules, Refused
 
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 _KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
@@ -33,25 +33,31 @@ class Target:
         os.close(self.fd)
 
 
-def open_target(path: str, rules: PathRules) -> Target:
+def open_target(path: str, rules: PathRules, *, refuse_hardlinks: bool = False) -> Target:
     try:
         fd = os.open(path, O_PATH | os.O_CLOEXEC)
     except OSError as exc:
         hint = ". To proceed: check the path with list_dir or walk" if exc.errno == errno.ENOENT else ""
         raise FsError.from_os(exc, path, "search", hint.lstrip(". ")) from None
     try:
-        return _checked(fd, path, rules)
+        return _checked(fd, path, rules, refuse_hardlinks)
     except BaseException:
         os.close(fd)
         raise
 
 
-def _checked(fd: int, path: str, rules: PathRules) -> Target:
+def _checked(fd: int, path: str, rules: PathRules, refuse_hardlinks: bool) -> Target:
     real = os.readlink(f"/proc/self/fd/{fd}")
     refusal = rules.check_exact(real, "read")
     if refusal is not None:
         raise type(refusal)(refusal.rule, f"refused by policy: {path} leads to {real}: {refusal.message}")
-    mode = os.fstat(fd).st_mode
+    st = os.fstat(fd)
+    mode = st.st_mode
+    if refuse_hardlinks and stat.S_ISREG(mode) and st.st_nlink > 1:
+        raise Refused(
+            "filesystem.hardlinks", f"refused by policy: {path} has {st.st_nlink} hard links, and the policy forbids "
+            "reading such files (rule filesystem.hardlinks = 'refuse'). To proceed: search a copy with a single link, "
+            "or ask the operator to set filesystem.hardlinks = 'allow'")
     if stat.S_ISDIR(mode):
         return Target(fd, real, True, "")
     if not stat.S_ISREG(mode):

@@ -27,7 +27,8 @@ async def grep(call: ToolCall, args: GrepArgs) -> GrepResult:
     from .grep_search import search
 
     rules, limits = call.workspace.paths, call.workspace.limits
-    data = await run_cancellable(lambda cancel: search(args, rules, limits, cancel))
+    linked = bool(getattr(call.workspace, "refuse_hardlinks", False))  # filesystem.hardlinks = 'refuse'
+    data = await run_cancellable(lambda cancel: search(args, rules, limits, cancel, refuse_hardlinks=linked))
     return GrepResult.model_validate(data)
 
 

@@ -78,6 +78,23 @@ async def test_search_path_that_leads_to_hidden_is_refused(mcp_client, hostile, 
         assert error["code"] == "refused" and "filesystem.paths" in error["rule"], error
 
 
+async def test_a_hard_link_to_a_hidden_file_is_not_searched_when_the_policy_refuses_them(mcp_client, hostile, outside):
+    """Found by testing from outside: with filesystem.hardlinks = 'refuse', read_file refused a hard
+    link to a hidden file, but grep showed its lines. Files with several links are not searched
+    then, named as skipped, and a search of such a file alone is refused."""
+    os.link(hostile / "secret" / "a.txt", hostile / "hl.txt")
+    policy = _policy(outside) + 'hardlinks = "refuse"\n'
+    async with mcp_client(policy=policy) as client:
+        tree = await call_ok(client, "grep", {"pattern": "needle"})
+        alone = await call_error(client, "grep", {"pattern": "needle", "path": "hl.txt"})
+    assert "hl.txt" not in _paths(tree) and "notes.txt" in _paths(tree), tree
+    assert {"path": "hl.txt", "reason": tree["skipped"][0]["reason"]} in tree["skipped"]
+    assert "filesystem.hardlinks" in tree["skipped"][0]["reason"] and "secret" not in str(tree)
+    assert alone["code"] == "refused" and "filesystem.hardlinks" in alone["message"], alone
+    async with mcp_client(policy=_policy(outside)) as client:  # the default reads through them, as read_file does
+        assert "hl.txt" in _paths(await call_ok(client, "grep", {"pattern": "needle"}))
+
+
 def test_swapped_for_a_link_after_the_gateway_is_refused(make_workspace, hostile, outside):
     """The gateway checked ``sub``; then it became a link to the hidden directory. The
     object grep opens is checked again, so rg never starts there."""
