@@ -157,6 +157,9 @@ async def test_malformed_input_gets_readable_errors(make_app, mode):
         slash = await call_error(client, "write_file", {"path": "notes.txt/", "content": "x"})
         assert slash["code"] == "invalid_arguments", slash
         assert "'path': the path ends with '/', which names a directory, not a file" in slash["message"], slash
+        for odd, end in (("notes.txt/.", "'.'"), ("sub/..", "'..'"), (".", "'.'")):
+            dotted = await call_error(client, "write_file", {"path": odd, "content": "x"})
+            assert f"the path ends with {end}, which names a directory" in dotted["message"], dotted
         assert "Value error" not in slash["message"]
         huge = await call_error(client, "exec", {"command": ["true"], "timeout_ms": 1e300})
         assert "'timeout_ms': the number is far too large" in huge["message"] and "string" not in huge["message"], huge

@@ -78,9 +78,10 @@ class WriteFileRequest(Strict):
     def _names_a_file(cls, path: str) -> str:
         # The lexical normalisation drops a trailing '/', and "a.txt/" wrote a.txt (found by
         # testing from outside): as for open(2), a name ending in '/' is a directory's.
-        if path.endswith("/"):
-            raise ValueError("the path ends with '/', which names a directory, not a file; nothing was written. "
-                             "To proceed: drop the trailing '/'")
+        last = path.rstrip("/").rpartition("/")[2] if path.rstrip("/") else ""
+        if path.endswith("/") or last in (".", ".."):
+            raise ValueError(f"the path ends with {'/' if path.endswith('/') else last!r}, which names a directory, "
+                             "not a file; nothing was written. To proceed: name the file itself")
         return path
 
 
