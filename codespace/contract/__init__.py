@@ -26,7 +26,7 @@ _EXPORTS = {
     "Policy": "codespace.policy.model", "Limits": "codespace.policy.model",
     "FilesystemPolicy": "codespace.policy.model", "NetworkPolicy": "codespace.policy.model",
     "SandboxPolicy": "codespace.policy.model", "PathRules": "codespace.policy.paths",
-    "normalize": "codespace.policy.paths",
+    "normalize": "codespace.policy.paths", "TooLongAWay": "codespace.policy.paths",
     # doctor
     "Check": ".checks",
     # commands and terminals

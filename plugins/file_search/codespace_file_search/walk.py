@@ -222,6 +222,8 @@ class _Walk:
                 os.close(child)
 
     def _link(self, path: str, name: str, link: str, depth: int, scopes: tuple[Scope, ...], in_repo: bool) -> None:
+        if self.rules is not None and _way_hidden(self.rules, link):
+            return  # its way looks inside what the policy hides: whether it arrives would tell what lies there
         real = os.path.realpath(link)
         if self.watch is not None:
             self.watch.link(real)
@@ -254,6 +256,17 @@ class _Walk:
             self.directory(fd, path, real, depth + 1, scopes, in_repo)
         finally:
             os.close(fd)
+
+
+def _way_hidden(rules, link: str) -> bool:  # noqa: ANN001 - codespace PathRules
+    """Found by testing from outside: which links were listed (and entered) told whether a name in
+    a hidden directory was a link and where it led, as realpath went through it."""
+    from codespace.contract import TooLongAWay
+
+    try:
+        return rules.hidden_on_the_way(link) is not None
+    except TooLongAWay:  # past the kernel's bounds: it would not resolve either
+        return True
 
 
 def walk_below(root_real: str, rel: str, context: tuple, rules, bounds: Bounds,  # noqa: ANN001 - PathRules

@@ -91,6 +91,28 @@ async def test_links_out_of_the_root_are_not_entered(ws, tmp_path, mcp_client):
     assert sorted(paths) == ["inner/main_inside.txt", "real/main_inside.txt"]  # inside the root: followed
 
 
+@pytest.mark.parametrize("hidden_q", ["absent", "directory", "file", "link to ../pub", "link to ../pub/d"])
+async def test_which_links_are_listed_says_nothing_of_a_hidden_directory(ws, mcp_client, hidden_q):
+    """Found by testing from outside: realpath went through the hidden secret/ to resolve each link,
+    so which links were listed (and entered) told whether secret/q was a link and where it led.
+    A link whose way looks inside secret/ is not listed now, whatever secret/q is."""
+    _touch(ws, "a.txt")
+    _touch(ws, "pub/d/qmarker.txt")
+    (ws / "secret").mkdir()
+    if hidden_q == "directory":
+        (ws / "secret" / "q").mkdir()
+    elif hidden_q == "file":
+        (ws / "secret" / "q").write_text("q")
+    elif hidden_q != "absent":
+        os.symlink(hidden_q.removeprefix("link to "), ws / "secret" / "q")
+    for name, target in {"xq": "../secret/q/../../a.txt", "yq": "../secret/q/../a.txt", "zq": "../secret/q",
+                         "loopq": "../secret/q/../../pub/loopq", "okq": "d"}.items():
+        os.symlink(target, ws / "pub" / name)
+    async with mcp_client(policy='[filesystem.paths]\n"secret" = "none"\n') as client:
+        got = await call_ok(client, "find_files", {"query": "q", "path": "pub"})
+    assert sorted(f["path"] for f in got["files"]) == ["d/qmarker.txt", "okq", "okq/qmarker.txt"], got["files"]
+
+
 async def test_truncation_is_reported(ws, mcp_client):
     _touch(ws, *[f"d{i}/f{j}.txt" for i in range(5) for j in range(5)])
     async with mcp_client(policy="[limits]\nwalk_max_entries = 7\n") as client:
