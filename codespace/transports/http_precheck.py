@@ -23,10 +23,8 @@ from .wire import (
     ID_EDGE_BYTES,
     MODERN_PROTOCOL_VERSIONS,
     PROTOCOL_VERSION_META_KEY,
-    TOO_LONG,
     BadMessage,
-    DroppedLine,
-    dropped_line_id,
+    id_at_edges,
     encode,
     parse,
     stamp_server_info,
@@ -227,7 +225,7 @@ class JsonRpcPrecheck:
             drained += len(chunk)
             more = bool(message.get("more_body"))
         policy = self._codespace.workspace.limits.max_argument_bytes
-        body = encode({"jsonrpc": "2.0", "id": dropped_line_id(DroppedLine(TOO_LONG, start[:ID_EDGE_BYTES], b"")),
+        body = encode({"jsonrpc": "2.0", "id": id_at_edges(start[:ID_EDGE_BYTES], b""),
                        "error": {"code": -32600, "message": (
                            f"Invalid Request: the request body is {size} bytes or more, larger than the {self._limit} "
                            "this server reads; nothing was done. Send smaller arguments (the policy's "

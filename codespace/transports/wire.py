@@ -120,10 +120,10 @@ _HEAD_ID = re.compile(rb'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*' 
 _TAIL_ID = re.compile(rb',\s*"id"\s*:\s*' + _ID + rb'\s*\}\s*$')
 
 
-def dropped_line_id(line: bytes) -> str | int | None:
-    """The id of a request dropped unread, when its kept ends show it (else None): without
-    it the answer cannot reach the caller (an SDK waits for its id, then times out)."""
-    found = _HEAD_ID.match(getattr(line, "head", b"")) or _TAIL_ID.search(getattr(line, "tail", b""))
+def id_at_edges(head: bytes, tail: bytes) -> str | int | None:
+    """The id of a request dropped unread, when its first or last bytes show it (else None):
+    without it the answer cannot reach the caller (an SDK waits for its id, then times out)."""
+    found = _HEAD_ID.match(head) or _TAIL_ID.search(tail)
     if found is None:
         return None
     try:
@@ -152,7 +152,8 @@ def parse(line: bytes) -> dict[str, Any]:
     Deep nesting is refused here, never passed on: Python's and pydantic's parsers and
     validators recurse, and a RecursionError escaping a transport ends the server."""
     if line == TOO_LONG:
-        raise BadMessage(error_reply(dropped_line_id(line), INVALID_REQUEST, f"Invalid Request: the line is longer than "
+        request_id = id_at_edges(getattr(line, "head", b""), getattr(line, "tail", b""))
+        raise BadMessage(error_reply(request_id, INVALID_REQUEST, f"Invalid Request: the line is longer than "
                                      f"{MAX_LINE_BYTES >> 20} MiB and was dropped unread; send smaller arguments (the "
                                      "policy's limits.max_argument_bytes bounds one call's arguments)"))
     try:
