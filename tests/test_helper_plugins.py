@@ -5,7 +5,10 @@ manager's road whenever the plain reading could differ."""
 from __future__ import annotations
 
 import itertools
+import marshal
+import os
 import sys
+import time
 import textwrap
 from pathlib import Path
 
@@ -15,7 +18,8 @@ import pytest
 import codespace
 from codespace import hookspecs
 from codespace.contract import gate
-from codespace.contract.helper_plugins import HOOK_ARGUMENTS, NOT_PLAIN, plain_filesystem, selected
+from codespace.contract.helper_plugins import (HOOK_ARGUMENTS, NOT_PLAIN, filesystem_suppliers, kept_suppliers,
+                                               plain_filesystem, selected, suppliers_to_keep)
 from codespace.contract.markers import hookimpl
 from codespace.plugins import ENV_ALLOW, ENV_BLOCK, Plugins
 from codespace.workspace import Workspace
@@ -136,3 +140,53 @@ def test_gate_takes_the_plugin_managers_road_when_the_plain_one_declines(roots):
     assert fs.tag == good[1] and failed == ["b: import failed: ModuleNotFoundError: No module named 'hp_no_such_module'"]
     fs, failed = gate.filesystem(workspace, [good])
     assert fs.tag == good[1] and failed == []
+
+
+def _no_filesystem(root: Path, name: str) -> tuple[str, str]:
+    """A plugin with a hook, but not the file-system one."""
+    module = f"hp_{name}_{next(_serial)}"
+    (root / f"{module}.py").write_text("from codespace import hookimpl\n\n@hookimpl\ndef codespace_doctor(workspace):\n"
+                                       "    return []\n")
+    return name, module
+
+
+def test_suppliers_are_what_the_choice_can_depend_on(roots):
+    """Left out: only a loaded, plainly read plugin with no file-system hook; the choice over
+    what is left is the choice over all."""
+    root, workspace = roots
+    first, declines = _plugin(root, "first"), _plugin(root, "zdeclines", body="return None")
+    other, unloaded = _no_filesystem(root, "other"), _no_filesystem(root, "unloaded")
+    wrapped = _plugin(root, "wrapped", options="(tryfirst=True)")
+    installed = [first, declines, other, wrapped, ("attr", f"{other[1]}:codespace_doctor"), unloaded,
+                 ("missing", "hp_no_such_module")]
+    for _, module in [first, declines, other, wrapped]:
+        __import__(module)
+    suppliers, files = filesystem_suppliers(installed)
+    assert suppliers == [first, declines, wrapped, ("attr", f"{other[1]}:codespace_doctor"), unloaded,
+                         ("missing", "hp_no_such_module")]
+    assert files == [str(root / f"{other[1]}.py")]
+    assert unloaded[1] not in sys.modules  # judged only if loaded: nothing is imported to judge
+    plain = [first, declines, other]
+    assert _both(workspace, filesystem_suppliers(plain)[0]) == _both(workspace, plain)
+    # A name given twice stays, both times: the plugin manager's road must see it.
+    assert filesystem_suppliers([other, other])[0] == [other, other]
+
+
+def test_kept_suppliers_hold_until_a_file_they_were_judged_by_changes(roots):
+    root, workspace = roots
+    first, other = _plugin(root, "first"), _no_filesystem(root, "other")
+    for _, module in [first, other]:
+        __import__(module)
+    source = root / f"{other[1]}.py"
+    assert suppliers_to_keep([first, other]) is None  # just written: too recent to tell a change from it
+    os.utime(source, ns=(time.time_ns() - 60 * 10**9,) * 2)
+    record = suppliers_to_keep([first, other])
+    assert marshal.loads(marshal.dumps(record)) == record
+    assert kept_suppliers(record, [first, other]) == [first]
+    assert kept_suppliers(record, [other, first]) is None  # another list (order counts: it is the loading order)
+    assert kept_suppliers(record, [first]) is None
+    assert suppliers_to_keep([first]) is None  # nothing left out: nothing worth keeping
+    for damaged in (None, (), ("x",), (record[0], record[1], ((str(source), "not a stamp"),))):
+        assert kept_suppliers(damaged, [first, other]) is None
+    source.write_text(source.read_text() + "\n@hookimpl\ndef codespace_filesystem(workspace):\n    return None\n")
+    assert kept_suppliers(record, [first, other]) is None

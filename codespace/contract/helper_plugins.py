@@ -14,6 +14,11 @@ plugins). Anything outside the plain case (a name given twice, a plugin that fai
 import or that pluggy would refuse, a hook with options, a hook that raises) answers
 :data:`NOT_PLAIN`, and the caller takes the plugin manager's road, which reports it
 as a server would.
+
+A helper need not even import the plugins that offer no file system: a process that has
+them loaded (:func:`filesystem_suppliers`) can tell which could take part in the choice,
+and a one-shot helper keeps that answer while the files it was judged by are unchanged
+(:func:`suppliers_to_keep`, :func:`kept_suppliers`).
 """
 
 from __future__ import annotations
@@ -153,4 +158,75 @@ def plain_filesystem(
             return NOT_PLAIN
         if backend is not None:
             return backend
+    return None
+
+
+def filesystem_suppliers(installed: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[str]]:
+    """``installed`` split for a helper's later choice: the entries the file-system choice
+    can depend on, and the module files the others were judged by.
+
+    An entry is left out only when its module is already loaded in this process, reads
+    plainly (:func:`plain_hooks`) and has no ``codespace_filesystem`` hook: it answers
+    nothing to that hook and cannot send the choice to the plugin manager's road, so
+    :func:`plain_filesystem` over what is left makes the same choice. Everything else
+    stays: a name given twice, a value naming an attribute, a module not loaded here
+    (nothing is imported for this: a server must not load a plugin its policy blocks).
+    The files are those of every loaded module of a left-out plugin's top-level package:
+    a hook can only appear through a change to one of them."""
+    entries = list(installed)
+    counts: dict[str, int] = {}
+    for name, _ in entries:
+        counts[name] = counts.get(name, 0) + 1
+    kept: list[tuple[str, str]] = []
+    packages: set[str] = set()
+    for name, value in entries:
+        module = sys.modules.get(value.strip()) if counts[name] == 1 and ":" not in value else None
+        hooks = plain_hooks(module) if module is not None else None
+        if hooks is None or "codespace_filesystem" in hooks:
+            kept.append((name, value))
+        else:
+            packages.add(value.strip().partition(".")[0])
+    files = sorted({
+        file for name, module in list(sys.modules.items())
+        if name.partition(".")[0] in packages and isinstance(file := getattr(module, "__file__", None), str)
+    })
+    return kept, files
+
+
+def suppliers_to_keep(installed: Iterable[tuple[str, str]]) -> tuple | None:
+    """A record of :func:`filesystem_suppliers` for a one-shot process to keep until
+    :func:`kept_suppliers` finds a change; None when there is nothing to leave out, or a
+    file it was judged by changed too recently to tell (as :func:`.installed.scan_to_keep`).
+    Only strings, ints, tuples and None (``marshal`` can write it)."""
+    import time
+
+    from .installed import SETTLED_NS, file_stamp
+
+    entries = tuple((name, value) for name, value in installed)
+    kept, files = filesystem_suppliers(entries)
+    if len(kept) == len(entries):
+        return None
+    stamps = tuple((file, file_stamp(file)) for file in files)
+    if any(stamp is None or stamp[0] > time.time_ns() - SETTLED_NS for _, stamp in stamps):
+        return None
+    return entries, tuple(kept), stamps
+
+
+def kept_suppliers(record: object, installed: Iterable[tuple[str, str]]) -> list[tuple[str, str]] | None:
+    """The suppliers in a record of :func:`suppliers_to_keep` made for the same ``installed``
+    while none of the files it was judged by has changed, else None (so is anything not
+    such a record)."""
+    from .installed import file_stamp
+
+    try:
+        entries, kept, stamps = record  # type: ignore[misc]
+        if entries != tuple((name, value) for name, value in installed):
+            return None
+        for file, stamp in stamps:
+            if file_stamp(file) != stamp:
+                return None
+        if all(type(name) is str and type(value) is str for name, value in kept):
+            return list(kept)
+    except (TypeError, ValueError):
+        pass
     return None

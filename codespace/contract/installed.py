@@ -151,7 +151,9 @@ def _scan(group: str, path: list[str] | None) -> tuple[list[tuple[str, str, str]
 SETTLED_NS = 2_000_000_000
 
 
-def _stamp(path: str) -> tuple[int, int, int] | None:
+def file_stamp(path: str) -> tuple[int, int, int] | None:
+    """(modification time, size, inode) of ``path``, None when it cannot be read: what a kept
+    answer checks to tell that a file it was read from is unchanged."""
     try:
         st = os.stat(path)
     except OSError:
@@ -174,7 +176,7 @@ def scan_to_keep(group: str = GROUP) -> tuple[list[tuple[str, str]] | None, tupl
     found, distributions, files = scanned
     answer = [(name, value) for name, value, _ in found]
     path = tuple(sys.path)
-    stamps = tuple((p, _stamp(p or ".")) for p in (*path, *distributions, *files))
+    stamps = tuple((p, file_stamp(p or ".")) for p in (*path, *distributions, *files))
     newest = max((stamp[0] for _, stamp in stamps if stamp is not None), default=0)
     if newest > time.time_ns() - SETTLED_NS:
         return answer, None
@@ -189,7 +191,7 @@ def kept_answer(record: object) -> list[tuple[str, str]] | None:
         if path != tuple(sys.path) or not _standard_finders_only():
             return None
         for p, stamp in stamps:
-            if _stamp(p or ".") != stamp:
+            if file_stamp(p or ".") != stamp:
                 return None
         if all(type(name) is str and type(value) is str for name, value in answer):
             return list(answer)

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,60 @@ def test_the_command_keeps_the_installed_plugins_until_a_distribution_changes(tm
     (site / "beta-1.0.dist-info" / "entry_points.txt").write_text("[codespace.plugins]\nbeta = beta.plugin\n")
     after = run()
     assert ["beta", "beta.plugin"] in after["found"] and after["scanned"] == 1
+
+
+SUPPLIERS_DRIVER = textwrap.dedent("""
+    import json, sys
+    sys.path[:0] = {paths!r}
+    from codespace_patch import code_cache
+    cache = code_cache.CodeCache({cache!r})
+    code_cache._installed = cache
+    sys.meta_path.insert(0, cache)
+    from codespace_patch.cli import main
+    code = main([{patch!r}], plugins={plugins!r})
+    cache.save()
+    print(json.dumps({{"code": code, "probe": {probe!r} in sys.modules}}))
+""")
+
+
+def test_a_plugin_with_no_file_system_is_not_imported_while_it_stays_so(tmp_path):
+    """The helper keeps which plugins could supply its file system: one that cannot is not
+    imported on the next runs, until a file it was judged by changes (here: it gains the hook)."""
+    from codespace_patch.conformance.helper import TEST_PLUGINS
+    from codespace_patch.spawn import _paths, _plugins
+
+    site, ws = tmp_path / "site", tmp_path / "ws"
+    ws.mkdir()
+    (site / "probe-1.0.dist-info").mkdir(parents=True)
+    (site / "probe-1.0.dist-info" / "entry_points.txt").write_text("[codespace.plugins]\nprobe = cs_probe\n")
+    probe = site / "cs_probe.py"
+    probe.write_text("from codespace import hookimpl\n\n@hookimpl\ndef codespace_doctor(workspace):\n    return []\n")
+    extra = (str(TEST_PLUGINS), str(site))
+    plugins, paths = [list(p) for p in _plugins(extra)], list(_paths(extra))  # as the helper is started
+    assert ["probe", "cs_probe"] in plugins
+    env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           "CODESPACE_STATE_DIR": str(tmp_path / "state"), "CODESPACE_PLUGINS_ALLOW": "patch_testfs,patch,probe"}
+    runs = iter(range(100))
+
+    def run() -> bool:
+        n = next(runs)
+        code = SUPPLIERS_DRIVER.format(paths=paths, cache=str(tmp_path / "cache.bin"), plugins=plugins, probe="cs_probe",
+                                       patch=f"*** Begin Patch\n*** Add File: n{n}.txt\n+{n}\n*** End Patch")
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=ws, env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout.splitlines()[-1])
+        assert result["code"] == 0 and (ws / f"n{n}.txt").read_text() == f"{n}\n", (done.stdout, done.stderr)
+        return result["probe"]
+
+    def age(seconds: int) -> None:
+        then = time.time() - seconds
+        os.utime(probe, (then, then))
+
+    assert run()  # just written: too recent to judge it by
+    age(60)
+    assert run()  # judged now, and kept
+    assert not run() and not run()
+    probe.write_text(probe.read_text() + "\n@hookimpl\ndef codespace_filesystem(workspace):\n    return None\n")
+    age(30)
+    assert run() and run()  # a supplier now (declining), so imported every time

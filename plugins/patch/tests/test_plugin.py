@@ -18,7 +18,7 @@ def test_entry_point_and_pin():
     ]
     pin = pin_from_metadata(dist.metadata.get_all("Project-URL"))
     assert str(pin) == "openai/codex rust-v0.171.0 (codex-apply-patch)"
-    assert dist.requires == ["codespace<0.3,>=0.2", 'pytest>=8; extra == "test"']
+    assert dist.requires == ["codespace<0.3,>=0.2.5", 'pytest>=8; extra == "test"']
 
 
 def test_loaded_by_the_host_with_its_hooks(workspace):
