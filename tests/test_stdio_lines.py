@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 
 import pytest
+from codespace.plugins import ENV_ALLOW
 from codespace.transports import stdio_fds
 from codespace.transports.stdio_fds import Lines
 from codespace.transports.wire import TOO_LONG
 
+from .conftest import codespace_cmd, subprocess_env
 from .test_stdio_front import INIT, INITIALIZED, replies, serve_lines
 
 
@@ -70,3 +73,52 @@ def test_a_line_over_64_mib_gets_an_error_and_the_next_is_served(tmp_path, direc
         assert "max_argument_bytes" in error["message"]
     assert len(got[None]) == 1 and 11 not in got  # the nested id is not taken for the request's
     assert json.loads(got[2])["result"] == {}
+
+
+@pytest.mark.parametrize("direct", ["1", "0"])
+def test_a_request_reusing_the_id_of_one_still_running_is_refused_and_not_run(tmp_path, direct):
+    """Found by testing from outside: both ran, and both answers carried the one id (a client
+    retrying a call that has not answered yet would run its side effect twice). The second is
+    refused with the id named, nothing of it runs, and the id is free again once answered."""
+    def call(request_id: int, name: str, arguments: dict) -> dict:
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                "params": {"name": name, "arguments": arguments}}
+
+    slow = call(5, "exec", {"command": "sleep 1; echo first > first.txt", "timeout_ms": 30000})
+    again = call(5, "write_file", {"path": "second.txt", "content": "second"})
+    listing = {"jsonrpc": "2.0", "id": 6, "method": "tools/list"}  # answered by the SDK on direct=0
+    listing_again = {"jsonrpc": "2.0", "id": 6, "method": "resources/list"}
+    done = serve_lines(tmp_path, f"dup-{direct}", [INIT, INITIALIZED, slow, again, listing, listing_again],
+                       extra_env={ENV_ALLOW: "example,fs"})
+    answers = [json.loads(raw) for raw in done.stdout.splitlines() if b'"id"' in raw]
+    fives = [a for a in answers if a.get("id") == 5]
+    assert len(fives) == 2, answers
+    refused = [a for a in fives if "error" in a]
+    assert len(refused) == 1 and refused[0]["error"]["code"] == -32600, fives
+    assert "id 5 belongs to a request that has not been answered" in refused[0]["error"]["message"]
+    assert not (tmp_path / f"ws-dup-{direct}" / "second.txt").exists()
+    assert (tmp_path / f"ws-dup-{direct}" / "first.txt").read_text() == "first\n"
+    # The one in flight answered normally; so did the listing (its twin was refused, or answered after it).
+    assert not any(a.get("result", {}).get("isError") for a in fives if "result" in a), fives
+    assert any("result" in a and "tools" in a["result"] for a in answers if a.get("id") == 6), answers
+    # Once answered, the id may be used again in the same session.
+    ws = tmp_path / f"ws-dup-{direct}"
+    env = subprocess_env(**{ENV_ALLOW: "example,fs", "CODESPACE_DIRECT_CALLS": direct,
+                            "XDG_STATE_HOME": str(tmp_path / "xdg-again")})
+    with subprocess.Popen([*codespace_cmd(), "serve", "--workspace", str(ws), "--state-dir", str(tmp_path / "again")],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env) as server:
+        def ask(message: dict) -> dict:
+            server.stdin.write(json.dumps(message).encode() + b"\n")
+            server.stdin.flush()
+            while True:
+                answer = json.loads(server.stdout.readline())
+                if answer.get("id") == message.get("id"):
+                    return answer
+
+        ask(INIT)
+        server.stdin.write(json.dumps(INITIALIZED).encode() + b"\n")
+        for n in range(2):
+            answer = ask(call(8, "write_file", {"path": f"again{n}.txt", "content": "x"}))
+            assert "result" in answer and not answer["result"].get("isError"), answer
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0

@@ -168,25 +168,30 @@ class SdkBridge:
 
     async def forward(self, message: dict[str, Any], line: bytes) -> None:
         method = message.get("method")
-        connection = self.owner_of(message)
-        if connection is None:
-            if method is None or method == "notifications/cancelled":
-                log.info("dropped a message no request of ours is waiting for: %.200r", line)
-                return
-            connection = await self._connection(self.era(message))
-        if method is not None and "id" in message:
-            self.pending[message["id"]] = (connection, method, message.get("params"))
-        if method is not None and method != "initialize" and self.era(message) == "modern":
-            connection.initialized = True
-            connection.version = message["params"]["_meta"].get(PROTOCOL_VERSION_META_KEY)
         try:
+            connection = self.owner_of(message)
+            if connection is None:
+                if method is None or method == "notifications/cancelled":
+                    log.info("dropped a message no request of ours is waiting for: %.200r", line)
+                    return
+                connection = await self._connection(self.era(message))
+            if method is not None and "id" in message:
+                self.pending[message["id"]] = (connection, method, message.get("params"))
+            if method is not None and method != "initialize" and self.era(message) == "modern":
+                connection.initialized = True
+                connection.version = message["params"]["_meta"].get(PROTOCOL_VERSION_META_KEY)
             await connection.feed(line)
-        except Exception:
-            # The SDK's parser refused it and the caller answers it: at end of input nothing
-            # must wait for an answer that is already given.
+        except BaseException:
+            # The SDK refused it and the caller answers it (or the connection ends): at end of
+            # input nothing must wait for an answer that is already given, nor its id stay taken.
             if method is not None and "id" in message:
                 self.pending.pop(message["id"], None)
             raise
+
+    def reserve(self, request_id: Any) -> None:
+        """A request passed on for the SDK is unanswered from now on, though it may wait behind
+        earlier lines before :meth:`feed` takes it (the front refuses its id meanwhile)."""
+        self.pending.setdefault(request_id, None)  # type: ignore[arg-type] - filled in by feed
 
     def owner_of(self, message: dict[str, Any]) -> _Connection | None:
         """The connection a cancellation or a response belongs to."""

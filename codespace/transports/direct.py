@@ -62,6 +62,7 @@ class DirectToolCalls:
         self._client: str | None = None
         self._running: dict[Any, anyio.CancelScope] = {}
         self.in_flight = 0  # calls taken and not yet answered
+        self.taken: set[Any] = set()  # their request ids (the front refuses another request with one of them)
         self.tg: TaskGroup | None = None
         self.send: Send | None = None
         self._tasks: set[asyncio.Task[None]] = set()  # calls run as plain asyncio tasks (see _spawn)
@@ -115,6 +116,7 @@ class DirectToolCalls:
             client = info.get("name") if isinstance(info, dict) else None
         assert self.tg is not None and self.send is not None
         self.in_flight += 1
+        self.taken.add(request_id)
         self._spawn(self._call, request_id, name, arguments, meta.get("progressToken"), modern, client, self.send)
         return True
 
@@ -131,6 +133,7 @@ class DirectToolCalls:
         is built (a start without a kept listing); ``keep`` gets the result's bytes for the next
         start."""
         self.in_flight += 1
+        self.taken.add(request_id)
         self._spawn(self._listing, request_id, version, keep)
 
     async def _listing(self, request_id: Any, version: str, keep: Callable[[bytes], None]) -> None:
@@ -153,6 +156,7 @@ class DirectToolCalls:
             return
         finally:
             self.in_flight -= 1
+            self.taken.discard(request_id)
         keep(result)
         await self.send(b'{"jsonrpc":"2.0","id":' + encode(request_id) + b',"result":' + result + b"}")
 
@@ -184,6 +188,7 @@ class DirectToolCalls:
             await self._answer(*args)
         finally:
             self.in_flight -= 1
+            self.taken.discard(args[0])  # the request id
 
     async def _answer(self, request_id: Any, name: str, arguments: dict[str, Any] | None, token: Any,
                       modern: bool, client: str | None, send: Send) -> None:
