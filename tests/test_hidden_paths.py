@@ -172,11 +172,20 @@ async def test_hard_link_to_a_hidden_file(uid):
     base, home, ws = _tree(uid)
     os.link(home / ".git-credentials", ws / "innocent.txt")  # made before the server starts
     (ws / "plain.txt").write_text("plain\n")
+    # An ignore file that is another name of a hidden one: its lines decide what walks list.
+    make_dir(ws / ".git", uid)
+    os.link(home / ".vault-token", ws / ".gitignore")
+    probe = f"{SECRET} .vault-token"  # the hidden file's line, as a name
+    (ws / probe).write_text("")
+    hidden_size = (home / ".git-credentials").stat().st_size
     try:
         # Default (documented): the link is the same file and is read through.
         params = serve_params(ws, base / "state", home, uid=uid, policy=_policy(base, "none"))
         async with Client(params) as client:
             assert SECRET in (await call_ok(client, "read_file", {"path": "innocent.txt"}))["content"]
+            assert (await call_ok(client, "stat", {"path": "innocent.txt"}))["size"] == hidden_size
+            walked = await call_ok(client, "walk", {"path": ".", "gitignore": True})
+            assert probe not in [e["path"] for e in walked["entries"]]  # the hidden line applied
         # The opt-in refuses it, names the rule, and still reads singly-linked files.
         policy = _policy(base, "none", '[filesystem]\nhardlinks = "refuse"\n')
         params = serve_params(ws, base / "state2", home, uid=uid, policy=policy)
@@ -196,6 +205,24 @@ async def test_hard_link_to_a_hidden_file(uid):
             guessed = await call_error(client, "write_file", {"path": "innocent.txt", "content": "x",
                                                               "expected_sha256": digest})
             assert "filesystem.hardlinks" in guessed["message"] and "expected_sha256" in guessed["message"], guessed
+            # Nor are its size and times told (found by testing from outside: stat, list_dir and
+            # walk showed the hidden file's length); the entry says which rule withholds them.
+            described = await call_ok(client, "stat", {"path": "innocent.txt"})
+            assert described["exists"] and described["kind"] == "file", described
+            assert [described.get(k) for k in ("size", "mtime_ms", "ctime_ms", "mode")] == [None] * 4, described
+            assert "filesystem.hardlinks" in described["withheld"] and "2 hard links" in described["withheld"]
+            assert (await call_ok(client, "stat", {"path": "plain.txt"}))["size"] == 6
+            listed = {e["name"]: e for e in (await call_ok(client, "list_dir", {"path": "."}))["entries"]}
+            assert listed["innocent.txt"] == {"name": "innocent.txt", "kind": "file", "withheld": "filesystem.hardlinks"}
+            assert listed["plain.txt"]["size"] == 6 and "withheld" not in listed["plain.txt"]
+            walked = await call_ok(client, "walk", {"path": ".", "sizes": True, "gitignore": True})
+            sizes = {e["path"]: e.get("size") for e in walked["entries"]}
+            assert sizes["innocent.txt"] is None and sizes["plain.txt"] == 6, sizes
+            # The linked ignore file is not read: the name it would hide is listed, and the walk says why.
+            assert probe in sizes, sizes
+            assert any(e["path"] == ".gitignore" and "filesystem.hardlinks" in e["message"] for e in walked["errors"])
+            found = await call_ok(client, "find_files", {"query": "vault-token"})
+            assert probe in str(found), found
             written = await call_ok(client, "write_file", {"path": "innocent.txt", "content": "mine\n"})
             assert written["previous_sha256"] is None, written
             assert SECRET in (home / ".git-credentials").read_text()

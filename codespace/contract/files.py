@@ -112,6 +112,9 @@ class DirEntry(TypedDict):
     mtime_ms: NotRequired[int]
     size: NotRequired[Annotated[int, Field(description="Bytes, for regular files.")]]
     target: NotRequired[Annotated[str, Field(description="Link text, for symbolic links (never followed).")]]
+    withheld: NotRequired[Annotated[str, Field(description=(
+        "Present when size and mtime are withheld, naming the rule: 'filesystem.hardlinks' (the policy "
+        "refuses files with several hard links, and this one has several)."))]]
 
 
 class EntryError(Strict):
@@ -150,7 +153,9 @@ class WalkEntry(TypedDict):
     path: Annotated[str, Field(description="Relative to the walked directory, '/'-separated.")]
     kind: FileKind
     depth: Annotated[int, Field(description="1 for entries of the walked directory itself.")]
-    size: NotRequired[Annotated[int | None, Field(description="Bytes, for regular files when sizes=true.")]]
+    size: NotRequired[Annotated[int | None, Field(description=(
+        "Bytes, for regular files when sizes=true; null when unknown or withheld (filesystem.hardlinks = 'refuse' "
+        "and the file has several hard links)."))]]
 
 
 class WalkResult(Strict):
@@ -182,6 +187,8 @@ class StatResult(Strict):
     is_directory: bool = False
     is_symlink: bool = False
     target: str | None = Field(default=None, description="Link text, for symbolic links.")
+    withheld: str | None = Field(default=None, description=(
+        "Why size, mode and times are null for a file that exists: the rule and the reason."))
 
 
 class MakeDirRequest(Strict):

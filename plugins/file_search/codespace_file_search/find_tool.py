@@ -50,23 +50,25 @@ class FindFilesResult(BaseModel):
     truncated_reason: str | None = None
 
 
-def bounds_of(limits):  # noqa: ANN001, ANN201 - codespace Limits -> walk.Bounds
-    """The walk's bounds under the policy's ``[limits]``: every walk of a root with the same
-    policy has the same, so the warm-up's walk is the one a search keeps and finds."""
+def bounds_of(workspace):  # noqa: ANN001, ANN201 - codespace WorkspaceView -> walk.Bounds
+    """The walk's bounds under the policy's ``[limits]`` (and ``filesystem.hardlinks``): every
+    walk of a root with the same policy has the same, so the warm-up's walk is the one a search keeps and finds."""
     from .walk import Bounds
 
+    limits = workspace.limits
     return Bounds(entries=limits.walk_max_entries, dirs=limits.walk_max_dirs, depth=limits.walk_max_depth,
-                  seconds=limits.walk_max_ms / 1000)
+                  seconds=limits.walk_max_ms / 1000,
+                  refuse_hardlinks=bool(getattr(workspace, "refuse_hardlinks", False)))
 
 
-def _search(args: FindFilesArgs, root: str, rules, limits, cancel: threading.Event) -> FindFilesResult:  # noqa: ANN001
+def _search(args: FindFilesArgs, root: str, rules, bounds, cancel: threading.Event) -> FindFilesResult:  # noqa: ANN001
     from .query import parse
     from .ranking import rank
     from .walk_index import INDEX
 
     query = parse(args.query)
     try:
-        walked, _ = INDEX.walk(root, rules, bounds_of(limits), cancel)
+        walked, _ = INDEX.walk(root, rules, bounds, cancel)
     except FileNotFoundError as exc:
         raise ToolError(f"find_files could not open {shown(root)}: {exc.strerror}", code="not_found") from None
     if walked.cancelled:
@@ -123,8 +125,8 @@ async def find_files(call, args: FindFilesArgs) -> FindFilesResult:  # noqa: ANN
     if not os.path.isdir(root):
         raise ToolError(f"find_files needs a directory to search, and {shown(args.path)} is not one "
                         "(pass path as a directory, or omit it to search the workspace)", code="not_a_directory")
-    limits = call.workspace.limits
-    result = await run_cancellable(lambda cancel: _search(args, root, rules, limits, cancel))
+    bounds = bounds_of(call.workspace)
+    result = await run_cancellable(lambda cancel: _search(args, root, rules, bounds, cancel))
     return result
 
 

@@ -70,6 +70,9 @@ class Bounds:
     dirs: int = 10_000
     depth: int = 64
     seconds: float = 10.0
+    refuse_hardlinks: bool = False
+    """filesystem.hardlinks = 'refuse': read no ignore file with several links (its patterns
+    would tell what another name of it, which may be hidden, holds)."""
 
 
 @dataclass
@@ -111,7 +114,7 @@ class _Walk:
         self.ancestors: set[tuple[int, int]] = set()
         self.skip: set[str] = set()
         """Directories not to descend into (``walk_index`` keeps what it had below them)."""
-        self.patterns = PatternBudget()  # the ignore patterns this walk may still compile
+        self.patterns = PatternBudget(refuse_hardlinks=bounds.refuse_hardlinks)  # what this walk may still compile
 
     def hidden(self, real: str) -> bool:
         if self.rules is None:

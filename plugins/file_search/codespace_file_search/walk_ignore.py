@@ -26,8 +26,9 @@ bound. Real ignore files hold tens to hundreds."""
 class PatternBudget:
     """What one walk may still compile."""
 
-    def __init__(self, patterns: int = MAX_WALK_PATTERNS) -> None:
+    def __init__(self, patterns: int = MAX_WALK_PATTERNS, *, refuse_hardlinks: bool = False) -> None:
         self.left = patterns
+        self.refuse_hardlinks = refuse_hardlinks  # filesystem.hardlinks = 'refuse': read no file with several links
 
     def take(self, lines: list[str]) -> bool:
         """Spend ``lines``' patterns, or say that they do not fit (nothing spent)."""
@@ -45,7 +46,7 @@ class Scope:
     spec: pathspec.GitIgnoreSpec
 
 
-def _read_at(dir_fd: int, name: str) -> list[str] | None:
+def _read_at(dir_fd: int, name: str, refuse_hardlinks: bool = False) -> list[str] | None:
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
@@ -53,6 +54,9 @@ def _read_at(dir_fd: int, name: str) -> list[str] | None:
     try:
         st = os.fstat(fd)
         if not (st.st_mode & 0o170000 == 0o100000) or st.st_size > MAX_IGNORE_BYTES:
+            return None
+        if refuse_hardlinks and st.st_nlink > 1:
+            log.info("not applying %s: it has %d hard links (filesystem.hardlinks = 'refuse')", name, st.st_nlink)
             return None
         data = os.read(fd, MAX_IGNORE_BYTES)
     except OSError:
@@ -70,7 +74,8 @@ def scopes_here(dir_fd: int, rel: str, in_repo: bool, budget: PatternBudget | No
     for name, applies in ((".ignore", True), (".gitignore", in_repo)):
         if not applies:
             continue
-        lines = [line for line in _read_at(dir_fd, name) or () if glob_too_costly(line) is None]
+        lines = [line for line in _read_at(dir_fd, name, budget is not None and budget.refuse_hardlinks) or ()
+                 if glob_too_costly(line) is None]
         if lines and budget is not None and not budget.take(lines):
             log.info("not applying %s%s: past the %d ignore patterns one walk compiles", base, name, MAX_WALK_PATTERNS)
             continue

@@ -205,7 +205,7 @@ class WalkIndex:
         given, runs on a whole walk before a caller waiting for this root is let in (the
         warm-up builds the ranking's buffer there, so a waiting search does not build it too)."""
         bounds = bounds or Bounds()
-        key = (root_real, bounds.entries, bounds.dirs, bounds.depth, _fingerprint(rules))
+        key = (root_real, bounds.entries, bounds.dirs, bounds.depth, bounds.refuse_hardlinks, _fingerprint(rules))
         while True:
             with self._lock:
                 busy = self._busy.get(key)

@@ -183,7 +183,7 @@ def _mend(out: Walked, rel: str, root: str, rules, bounds: Bounds, cancel, watch
     if ancestors is None:
         return False
     room = Bounds(entries=max(bounds.entries - len(out.entries), 0) + 1, dirs=bounds.dirs, depth=bounds.depth,
-                  seconds=bounds.seconds)
+                  seconds=bounds.seconds, refuse_hardlinks=bounds.refuse_hardlinks)
     part = walk_below(root, rel, out.contexts[rel], rules, room, cancel, watch, skip, ancestors)
     if part is None:
         # Gone or swapped: its parent's listing (an event there too) settles its own entry.

@@ -46,6 +46,6 @@ def walk_root(workspace, cancel: threading.Event | None = None) -> bool:  # noqa
     from .ranking import prepare
     from .walk_index import INDEX
 
-    walked, _ = INDEX.walk(os.path.realpath(workspace.root_str), workspace.paths, bounds_of(workspace.limits), cancel,
+    walked, _ = INDEX.walk(os.path.realpath(workspace.root_str), workspace.paths, bounds_of(workspace), cancel,
                            then=lambda whole: prepare(whole.entries, whole.memo))
     return not walked.cancelled and walked.truncated is None

@@ -110,9 +110,10 @@ class FsBackend:
 
         fd, st = listing.open_dir(self.conf, request.path)
         max_entries = self.limits.walk_max_entries
+        refuse = self.conf.refuse_hardlinks
 
         def run() -> ListDirResult:
-            return listing.list_dir_from(fd, request, max_entries=max_entries)
+            return listing.list_dir_from(fd, request, max_entries=max_entries, refuse_hardlinks=refuse)
 
         if st.st_size <= INLINE_DIR_BYTES:
             return run()

@@ -31,6 +31,16 @@ _HINTS = {
 }
 
 
+HARDLINKS_RULE = "filesystem.hardlinks"
+
+
+def linked_withheld(links: int) -> str:
+    """Why a file's size, mode and times are not shown (``stat``)."""
+    return (f"{HARDLINKS_RULE}: it has {links} hard links, and another name of it may be a file the policy hides, so "
+            "its size, mode and times are withheld as its content is (rule filesystem.hardlinks = 'refuse'). To "
+            "proceed: use a copy with a single link, or ask the operator to set filesystem.hardlinks = 'allow'")
+
+
 def os_error(exc: OSError, path: str, action: str) -> FsError:
     """An FsError for ``exc`` met while trying to ``action`` ``path``."""
     code = exc.errno or 0

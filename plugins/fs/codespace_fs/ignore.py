@@ -34,9 +34,10 @@ class PatternBudget:
     """What one walk may still compile, and the ignore files it did not apply (reported
     in the walk's ``errors``, so that its answer does not silently differ from git's)."""
 
-    def __init__(self, patterns: int = MAX_WALK_PATTERNS) -> None:
+    def __init__(self, patterns: int = MAX_WALK_PATTERNS, *, refuse_hardlinks: bool = False) -> None:
         self.left = patterns
         self.skipped: list[dict] = []
+        self.refuse_hardlinks = refuse_hardlinks  # filesystem.hardlinks = 'refuse': read no file with several links
 
     def skip(self, shown: str, why: str) -> None:
         self.skipped.append({"path": shown, "message": f"this ignore file was not applied: {why}. To proceed: walk "
@@ -81,6 +82,11 @@ def load_at(dirfd: int, name: str, shown: str, budget: PatternBudget | None = No
     try:
         fd, st = open_regular_at(dirfd, name, shown, "read")
     except FsError:
+        return None
+    if budget is not None and budget.refuse_hardlinks and st.st_nlink > 1:
+        os.close(fd)  # its patterns would tell what another name of it, maybe hidden, holds
+        budget.skip(shown, f"it has {st.st_nlink} hard links, and the policy forbids reading such files (rule "
+                           "filesystem.hardlinks = 'refuse')")
         return None
     try:
         data = read_all(fd, st.st_size, MAX_IGNORE_FILE, shown)

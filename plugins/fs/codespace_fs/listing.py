@@ -35,11 +35,13 @@ def open_dir(conf: Confinement, path: str) -> tuple[int, os.stat_result]:
 
 def list_dir(conf: Confinement, request: ListDirRequest, *, max_entries: int) -> ListDirResult:
     fd, _ = open_dir(conf, request.path)
-    return list_dir_from(fd, request, max_entries=max_entries)
+    return list_dir_from(fd, request, max_entries=max_entries, refuse_hardlinks=conf.refuse_hardlinks)
 
 
-def list_dir_from(fd: int, request: ListDirRequest, *, max_entries: int) -> ListDirResult:
-    """The ``list_dir`` answer for an opened directory; closes ``fd``."""
+def list_dir_from(fd: int, request: ListDirRequest, *, max_entries: int, refuse_hardlinks: bool = False) -> ListDirResult:
+    """The ``list_dir`` answer for an opened directory; closes ``fd``. ``refuse_hardlinks``: a
+    file with several links is listed without its size and time (they are the file's, which
+    another name may hide), and says so."""
     from operator import attrgetter  # here: the patch helper, which lists nothing, imports this module
 
     from codespace.contract import EntryError, ListDirResult
@@ -72,6 +74,9 @@ def list_dir_from(fd: int, request: ListDirRequest, *, max_entries: int) -> List
                 problems.append(EntryError(path=shown, message=f"cannot stat: {exc.strerror}"))
                 continue
             kind = kind_of(st.st_mode)
+            if kind == "file" and refuse_hardlinks and st.st_nlink > 1:
+                entries.append({"name": shown, "kind": kind, "withheld": errors.HARDLINKS_RULE})
+                continue
             item = {"name": shown, "kind": kind, "mtime_ms": _ms(st.st_mtime_ns)}
             if kind == "file":
                 item["size"] = st.st_size
@@ -107,6 +112,8 @@ def stat_path(conf: Confinement, request: StatRequest) -> StatResult:
     finally:
         os.close(opened.fd)
     kind = kind_of(st.st_mode)
+    if kind == "file" and st.st_nlink > 1 and conf.refuse_hardlinks:
+        return StatResult(path=path, exists=True, kind=kind, is_file=True, withheld=errors.linked_withheld(st.st_nlink))
     return StatResult(
         path=path, exists=True, kind=kind, size=st.st_size if kind in ("file", "symlink") else None,
         mode=f"{stat.S_IMODE(st.st_mode):04o}", mtime_ms=_ms(st.st_mtime_ns), ctime_ms=_ms(st.st_ctime_ns),

@@ -128,12 +128,14 @@ class _Walk:
         self.include_hidden = request.include_hidden
         self.prune_hidden = request.prune_hidden_dirs
         self.sizes = request.sizes
+        self.linked_sizes = not conf.refuse_hardlinks  # else a file with several links gets size null
         self.gitignore = request.gitignore
         self.follow = request.follow_dir_links
         self.plain = include is None and exclude is None and not self.gitignore and self.include_hidden
         self.entries: list[dict] = []
         self.problems: list[dict] = []
-        self.patterns = ignore.PatternBudget()  # the ignore files' patterns it may still compile
+        # the ignore files' patterns it may still compile, and whether it may read one with several links
+        self.patterns = ignore.PatternBudget(refuse_hardlinks=conf.refuse_hardlinks)
         self.queue: list[tuple] = []
         self.owned: list[int] = []
         self.seen: set[tuple[int, int]] = set()
@@ -238,6 +240,7 @@ class _Walk:
         append = self.entries.append
         problems = self.problems
         sizes = self.sizes
+        linked = self.linked_sizes
         follow = self.follow
         same = pre == shown_pre
         for entry in found:
@@ -251,7 +254,7 @@ class _Walk:
             if entry.is_file(follow_symlinks=False):
                 item = {"path": shown, "kind": "file", "depth": depth}
                 if sizes:
-                    _add_size(entry, item)
+                    _add_size(entry, item, linked)
                 append(item)
                 continue
             kind = _kind(entry, shown_pre, problems)
@@ -272,6 +275,7 @@ class _Walk:
         include_hidden = self.include_hidden
         gitignore = self.gitignore
         sizes = self.sizes
+        linked = self.linked_sizes
         follow = self.follow
         max_entries = self.lim.entries
         budget = self.budget
@@ -313,7 +317,7 @@ class _Walk:
                         break
                     item = {"path": shown, "kind": kind, "depth": depth}
                     if sizes and kind == "file":
-                        _add_size(entry, item)
+                        _add_size(entry, item, linked)
                     append(item)
                 if is_dir or (kind == "symlink" and follow):
                     later.append((name, p, shown, kind))
@@ -362,11 +366,14 @@ def _kind(entry: os.DirEntry, shown_pre: str, problems: list[dict]) -> str | Non
         return None
 
 
-def _add_size(entry: os.DirEntry, item: dict) -> None:
+def _add_size(entry: os.DirEntry, item: dict, linked: bool) -> None:
+    """``linked``: show the size of a file with several links too (filesystem.hardlinks = 'allow');
+    else it is null, as what another name of it may hide."""
     try:
-        item["size"] = entry.stat(follow_symlinks=False).st_size
+        st = entry.stat(follow_symlinks=False)
     except OSError:
-        pass
+        return
+    item["size"] = st.st_size if linked or st.st_nlink == 1 else None
 
 
 _NON_UTF8 = (
