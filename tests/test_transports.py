@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import os
 import re
@@ -332,6 +334,40 @@ async def test_http_answers_hostile_bodies_with_json_rpc_errors(ws, state):
                                                                    "params": {"arguments": {}}})
             error = json.loads(nameless.text.split("data: ", 1)[1]) if "data: " in nameless.text else nameless.json()
             assert error["error"]["code"] == -32602 and "params.name: Field required" in error["error"]["data"]
+
+
+async def test_http_a_request_reusing_the_id_of_one_still_running_is_refused_and_not_run(ws, state):
+    """Found by testing from outside: the SDK ran both, and the first caller's POST never got its
+    answer. The second is refused with the id named, and the id is free again once answered."""
+    with http_server(ws, state, **{ENV_ALLOW: "example,fs"}) as (url, _):
+        token = (state / "http-token").read_text().strip()
+        auth = {**HEADERS, "Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(timeout=60) as http:
+            ok = await http.post(url, json=INIT, headers=auth)
+            session = {**auth, "mcp-session-id": ok.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+
+            def call(name: str, arguments: dict) -> dict:
+                return {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+            def answer(response) -> dict:  # noqa: ANN001 - an httpx response, JSON or one SSE event
+                text = response.text
+                return json.loads(text.split("data: ", 1)[1].split("\n", 1)[0]) if "data: " in text else response.json()
+
+            slow = asyncio.ensure_future(http.post(url, headers=session, json=call(
+                "exec", {"command": "sleep 1; echo first > first.txt", "timeout_ms": 30000})))
+            await asyncio.sleep(0.4)
+            again = await http.post(url, headers=session, json=call("write_file", {"path": "second.txt", "content": "2"}))
+            assert again.status_code == 400, again.text
+            error = again.json()["error"]
+            assert again.json()["id"] == 5 and error["code"] == -32600, error
+            assert "id 5 belongs to a request that has not been answered" in error["message"]
+            first = answer(await asyncio.wait_for(slow, 30))
+            assert first["id"] == 5 and first["result"]["isError"] is False, first
+            assert (ws / "first.txt").read_text() == "first\n" and not (ws / "second.txt").exists()
+            reused = answer(await http.post(url, headers=session, json=call("write_file", {"path": "third.txt",
+                                                                                           "content": "3"})))
+            assert reused["result"]["isError"] is False and (ws / "third.txt").read_text() == "3"
 
 
 async def test_http_token_from_file_and_loopback_only(ws, state, tmp_path):

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .wire import INSTRUCTIONS, INVALID_REQUEST, BadMessage, error_reply, negotiate, parse, server_info
+from .wire import INSTRUCTIONS, BadMessage, negotiate, parse, reused_id, server_info
 
 if TYPE_CHECKING:
     from .bridge import SdkBridge
@@ -108,10 +108,7 @@ class Front:
             # Found by testing from outside: both ran, and both answers carried the one id. MCP
             # forbids reusing an id within a session; a retry of a call still running is the
             # likely cause, and running it twice is what the operation store exists to prevent.
-            write(error_reply(message["id"], INVALID_REQUEST, (
-                f"Invalid Request: id {json.dumps(message['id'])[:80]} belongs to a request that has not been "
-                "answered yet; this one was not run. Give every request its own id (to wait for the first, wait "
-                "for its answer; to stop it, send notifications/cancelled)")))
+            write(reused_id(message["id"]))
             return None
         passed = self._route(message, write)
         if passed is not None and request:

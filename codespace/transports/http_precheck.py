@@ -27,6 +27,7 @@ from .wire import (
     id_at_edges,
     encode,
     parse,
+    reused_id,
     stamp_server_info,
 )
 
@@ -91,6 +92,7 @@ class JsonRpcPrecheck:
         self._codespace = codespace
         self._sessions = sessions
         self._security = TransportSecurityMiddleware(security)
+        self._unanswered: set[tuple[str, Any]] = set()  # (session, request id) of requests not answered yet
 
     async def _admission(self, scope: dict[str, Any], message: dict[str, Any]) -> str | bytes:
         """Whether the SDK would serve this call: ``_ADMIT``, ``_LEAVE_TO_SDK`` (it refuses
@@ -190,7 +192,29 @@ class JsonRpcPrecheck:
             if await self._surrogate_call(message, scope, send) or await self._no_room(message, scope, send):
                 return
             send = _filling_invalid_params(send, message, scope)
+            key = self._request_key(message, scope)
+            if key is not None:
+                if key in self._unanswered:
+                    await _respond(send, 400, reused_id(message["id"]))
+                    return
+                self._unanswered.add(key)
+                try:
+                    await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}],
+                                                  receive), send)
+                finally:
+                    self._unanswered.discard(key)
+                return
         await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
+
+    @staticmethod
+    def _request_key(message: Any, scope: dict[str, Any]) -> tuple[str, Any] | None:
+        """(session, id) of a request in a session: MCP forbids reusing an id there. Found by
+        testing from outside: the SDK ran both, and the first caller's POST never got its answer
+        (the second's stream took its place). Sessionless requests are each their own."""
+        if not isinstance(message, dict) or "method" not in message or "id" not in message:
+            return None
+        session = Headers(scope=scope).get(MCP_SESSION_ID_HEADER)
+        return None if session is None else (session, message["id"])
 
     async def _no_room(self, message: Any, scope: dict[str, Any], send: Any) -> bool:
         """An initialize that would open a session past the cap: the SDK's 503 says only "Too

@@ -74,6 +74,15 @@ def error_reply(request_id: Any, code: int, message: str, data: Any = None) -> b
                       separators=(",", ":")).encode("ascii")
 
 
+def reused_id(request_id: Any) -> bytes:
+    """The answer to a request whose id is that of one of the same session not answered yet:
+    MCP forbids reusing an id there, and a retry of a call still running would run it twice."""
+    return error_reply(request_id, INVALID_REQUEST, (
+        f"Invalid Request: id {json.dumps(request_id)[:80]} belongs to a request that has not been answered yet; "
+        "this one was not run. Give every request its own id (to wait for the first, wait for its answer; to stop "
+        "it, send notifications/cancelled)"))
+
+
 class BadMessage(Exception):
     """A line that gets a JSON-RPC error instead of being served."""
 
