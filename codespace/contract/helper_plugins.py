@@ -216,17 +216,12 @@ def kept_suppliers(record: object, installed: Iterable[tuple[str, str]]) -> list
     """The suppliers in a record of :func:`suppliers_to_keep` made for the same ``installed``
     while none of the files it was judged by has changed, else None (so is anything not
     such a record)."""
-    from .installed import file_stamp
+    from .installed import unchanged_pairs
 
     try:
         entries, kept, stamps = record  # type: ignore[misc]
         if entries != tuple((name, value) for name, value in installed):
             return None
-        for file, stamp in stamps:
-            if file_stamp(file) != stamp:
-                return None
-        if all(type(name) is str and type(value) is str for name, value in kept):
-            return list(kept)
+        return unchanged_pairs(kept, stamps)
     except (TypeError, ValueError):
-        pass
-    return None
+        return None

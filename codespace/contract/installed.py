@@ -190,13 +190,19 @@ def kept_answer(record: object) -> list[tuple[str, str]] | None:
         answer, path, stamps = record  # type: ignore[misc]
         if path != tuple(sys.path) or not _standard_finders_only():
             return None
-        for p, stamp in stamps:
-            if file_stamp(p or ".") != stamp:
-                return None
-        if all(type(name) is str and type(value) is str for name, value in answer):
-            return list(answer)
+        return unchanged_pairs(answer, stamps)
     except (TypeError, ValueError):
-        pass
+        return None
+
+
+def unchanged_pairs(pairs: object, stamps: object) -> list[tuple[str, str]] | None:
+    """A kept answer's (name, value) pairs while every (path, stamp) it was read from still
+    holds, else None; TypeError or ValueError for what is not such a record."""
+    for path, stamp in stamps:  # type: ignore[attr-defined]
+        if file_stamp(path or ".") != stamp:
+            return None
+    if all(type(name) is str and type(value) is str for name, value in pairs):  # type: ignore[attr-defined]
+        return list(pairs)  # type: ignore[call-overload]
     return None
 
 
