@@ -46,7 +46,10 @@ start-up for about 1-2 ms before any of the helper's code runs; this shows what 
 
 ``--before DIR`` adds ``helper before``: the helper of another checkout of CodeSpace in
 ``DIR`` (e.g. ``git archive REV | tar -x -C DIR``), its own core and plugins, started the
-same way with this environment's third-party packages, in the same interleaved runs.
+same way with this environment's third-party packages, in the same interleaved runs; and
+``command -c`` / ``command -c before``: the installed command's text run by ``python -c``
+over this checkout's and that one's code (the command finds every installed plugin itself,
+which the helper is handed).
 
 ``--startup`` times the helper's start-up instead, as whole processes started as the
 helper is (same interpreter, flags, path and environment), each stage adding one step of
@@ -243,6 +246,15 @@ def _other_checkout(helper_cmd: list[str], other: Path) -> list[str]:
     return [*helper_cmd[:-1], boot]
 
 
+def _command_of(checkout: Path, command: Path) -> list[str]:
+    """The installed command's own text run with ``python -c`` (``site`` on, as the command
+    runs) over the core and plugins of ``checkout``: with ``--before``, this checkout's and the
+    other's are both timed this way, so that they differ only in their code."""
+    dirs = [str(checkout), *(str(d) for d in sorted((checkout / "plugins").iterdir()) if d.is_dir())]
+    body = command.read_text().split("\n", 1)[1]  # without its #! line
+    return [str(command.with_name("python")), "-c", f"import sys;sys.path[:0]={dirs!r}\n{body}"]
+
+
 def _stage_code(boot: str, step: str) -> str:
     """``boot`` (the helper's ``python -c`` line) with its work replaced by ``step``, leaving as
     the helper does (``os._exit``: no interpreter teardown)."""
@@ -331,6 +343,7 @@ def main() -> int:
     codex_env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     helper_cmd = helper_argv(backend)
     before_cmd = _other_checkout(helper_cmd, Path(args.before)) if args.before else None
+    commands_c: dict[str, list[str]] = {}  # with --before: the command's text over each checkout
     h_env = helper_env(str(base / "helper-state"), str(home), backend)
     command_env = None  # the installed command finds the installed plugins: only over codespace-fs
     command = Path(args.command)
@@ -338,6 +351,9 @@ def main() -> int:
         if not command.exists():
             raise SystemExit(f"patch_bench: {command} is missing: install codespace-patch in this environment")
         command_env = {k: v for k, v in h_env.items() if k not in ("CODESPACE_PLUGINS_ALLOW", "CODESPACE_STATE_DIR")}
+        if args.before:
+            commands_c = {"command -c": _command_of(REPO, command),
+                          "command -c before": _command_of(Path(args.before), command)}
     site_floor = [str(command.with_name("python")), "-c", "pass"] if command.with_name("python").exists() else SITE_FLOOR
     alias = base / "bin" / "apply_patch"  # the name Codex gives commands its apply_patch by (arg0)
     alias.parent.mkdir()
@@ -366,7 +382,7 @@ def main() -> int:
         codex_argv = [str(alias)] if args.stdin else [str(codex), "--codex-run-as-apply-patch", patch]
         times: dict[str, list[float]] = {k: [] for k in
                                          ("codex", "helper", "helper before", "python -I -S (floor)", "command",
-                                          "python (floor)", "in-server atomic", "in-server upstream", "mcp call",
+                                          *commands_c, "python (floor)", "in-server atomic", "in-server upstream", "mcp call",
                                           "raw rewrites (floor)")}
         CPU.clear()
         reset(root, files)
@@ -398,6 +414,10 @@ def main() -> int:
                     times["command"].append(timed_process(patch_argv([str(command)]), root, command_env, "command",
                                                           stdin))
                     expect(root, want)
+                    for key, argv in commands_c.items():
+                        reset(root, files)
+                        times[key].append(timed_process(patch_argv(argv), root, command_env, key, stdin))
+                        expect(root, want)
                     times["python (floor)"].append(
                         timed_process(patch_argv(site_floor), root, command_env, "python (floor)"))
                 if args.processes:
