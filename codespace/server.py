@@ -33,10 +33,19 @@ def _client_name(ctx: Any) -> str | None:
     return getattr(info, "name", None)
 
 
+def _http_call_key(ctx: Any) -> tuple[str, str] | None:
+    """(session id, request id as text) of a call over HTTP in a session, else None."""
+    headers = getattr(getattr(ctx, "request", None), "headers", None)
+    session = headers.get("mcp-session-id") if headers is not None else None
+    return None if session is None or ctx.request_id is None else (session, str(ctx.request_id))
+
+
 def build_server(app: App, *, transport: str = "memory", ready: anyio.Event | None = None,
-                 run_app: bool = True) -> Server[App]:
+                 run_app: bool = True, calls_running: set[tuple[str, str]] | None = None) -> Server[App]:
     """``ready`` is set once the App runs. With ``run_app`` False the caller runs the App
-    (the stdio front, which starts the SDK only when a request needs it)."""
+    (the stdio front, which starts the SDK only when a request needs it). ``calls_running``
+    (HTTP): where each tool call of a session is held, as (session id, request id as text),
+    while its handler runs, which may be after its client has left."""
     active = not run_app
 
     @asynccontextmanager
@@ -63,10 +72,17 @@ def build_server(app: App, *, transport: str = "memory", ready: anyio.Event | No
         async def progress(done: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(done, total, message)
 
-        # The SDK validates the result against its model and stamps the envelope.
-        return await answer_call(app, params.name, params.arguments, transport=transport,
-                                 client_name=_client_name(ctx),
-                                 modern=ctx.protocol_version in MODERN_PROTOCOL_VERSIONS, progress=progress)
+        key = _http_call_key(ctx) if calls_running is not None else None
+        if key is not None:
+            calls_running.add(key)  # type: ignore[union-attr]
+        try:
+            # The SDK validates the result against its model and stamps the envelope.
+            return await answer_call(app, params.name, params.arguments, transport=transport,
+                                     client_name=_client_name(ctx),
+                                     modern=ctx.protocol_version in MODERN_PROTOCOL_VERSIONS, progress=progress)
+        finally:
+            if key is not None:
+                calls_running.discard(key)  # type: ignore[union-attr]
 
     server: Server[App] = Server(
         SERVER_NAME,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+import time
 
 import pytest
 from codespace.plugins import ENV_ALLOW
@@ -122,3 +123,27 @@ def test_a_request_reusing_the_id_of_one_still_running_is_refused_and_not_run(tm
             assert "result" in answer and not answer["result"].get("isError"), answer
         server.stdin.close()
         assert server.wait(timeout=30) == 0
+
+
+def test_a_cancelled_request_frees_its_id_and_the_reserved_id_is_refused(tmp_path):
+    """Found by testing from outside: on the SDK's road a cancelled request is never answered, so its
+    id stayed taken and the server waited for it at end of input; a client using the id of the
+    initialize the front replays to the SDK got no answer, and the same wait."""
+    slow = {"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {  # inputResponses: the SDK's road
+        "name": "exec", "arguments": {"command": "sleep 5; echo late > late.txt", "timeout_ms": 30000},
+        "inputResponses": {}}}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 21}}
+    again = {"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {
+        "name": "write_file", "arguments": {"path": "again.txt", "content": "x"}}}
+    reserved = {"jsonrpc": "2.0", "id": "codespace-front:initialize-replay", "method": "tools/list"}
+    started = time.monotonic()
+    done = serve_lines(tmp_path, "cancel", [INIT, INITIALIZED, slow, cancel, again, reserved],
+                       extra_env={ENV_ALLOW: "example,fs"})
+    assert time.monotonic() - started < 20  # no wait for an answer that will not come
+    answers = [json.loads(raw) for raw in done.stdout.splitlines()]
+    ran = [a for a in answers if a.get("id") == 21]
+    assert len(ran) == 1 and ran[0]["result"]["isError"] is False, answers
+    assert (tmp_path / "ws-cancel" / "again.txt").read_text() == "x"
+    refused = [a for a in answers if a.get("id") == "codespace-front:initialize-replay"]
+    assert len(refused) == 1 and refused[0]["error"]["code"] == -32600, answers
+    assert "uses for a request of its own" in refused[0]["error"]["message"]

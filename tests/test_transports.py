@@ -362,12 +362,35 @@ async def test_http_a_request_reusing_the_id_of_one_still_running_is_refused_and
             error = again.json()["error"]
             assert again.json()["id"] == 5 and error["code"] == -32600, error
             assert "id 5 belongs to a request that has not been answered" in error["message"]
+            # The SDK keeps a session's requests by the id's text: "5" is 5 to it (found by the next round).
+            text = await http.post(url, headers=session, json={**call("write_file", {"path": "second.txt",
+                                                                                    "content": "2"}), "id": "5"})
+            assert text.status_code == 400 and text.json()["id"] == "5", text.text
             first = answer(await asyncio.wait_for(slow, 30))
             assert first["id"] == 5 and first["result"]["isError"] is False, first
             assert (ws / "first.txt").read_text() == "first\n" and not (ws / "second.txt").exists()
             reused = answer(await http.post(url, headers=session, json=call("write_file", {"path": "third.txt",
                                                                                            "content": "3"})))
             assert reused["result"]["isError"] is False and (ws / "third.txt").read_text() == "3"
+            # A client that leaves does not free the id of its call, which goes on (found by the next round:
+            # the retry ran too).
+            leaving = asyncio.ensure_future(http.post(url, headers=session, json={**call(
+                "exec", {"command": "sleep 1.5; echo once >> once.txt", "timeout_ms": 30000}), "id": 6}))
+            await asyncio.sleep(0.5)
+            leaving.cancel()
+            await asyncio.sleep(0.3)
+            retry = await http.post(url, headers=session, json={**call(
+                "exec", {"command": "echo retry >> once.txt", "timeout_ms": 30000}), "id": 6})
+            assert retry.status_code == 400 and "id 6 belongs to a request" in retry.json()["error"]["message"]
+            for _ in range(100):
+                if (ws / "once.txt").exists():
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.3)
+            assert (ws / "once.txt").read_text() == "once\n"
+            freed = answer(await http.post(url, headers=session, json={**call("write_file", {
+                "path": "fourth.txt", "content": "4"}), "id": 6}))
+            assert freed["result"]["isError"] is False
 
 
 async def test_http_token_from_file_and_loopback_only(ws, state, tmp_path):

@@ -27,11 +27,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from .wire import INVALID_PARAMS, LATEST_HANDSHAKE_VERSION, PROTOCOL_VERSION_META_KEY, cancelled_id, encode
+from .wire import INVALID_PARAMS, LATEST_HANDSHAKE_VERSION, PROTOCOL_VERSION_META_KEY, REPLAY_ID, cancelled_id, encode
 
 log = logging.getLogger(__name__)
 
-REPLAY_ID = "codespace-front:initialize-replay"
 Send = Callable[[bytes], Awaitable[None]]
 
 
@@ -181,6 +180,10 @@ class SdkBridge:
                 connection.initialized = True
                 connection.version = message["params"]["_meta"].get(PROTOCOL_VERSION_META_KEY)
             await connection.feed(line)
+            if method == "notifications/cancelled":
+                # Its request gets no answer now (MCP: none is sent after a cancellation): its id
+                # is free, and the end of input must not wait for it (found by testing from outside).
+                self.pending.pop(cancelled_id(message), None)
         except BaseException:
             # The SDK refused it and the caller answers it (or the connection ends): at end of
             # input nothing must wait for an answer that is already given, nor its id stay taken.

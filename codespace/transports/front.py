@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .wire import INSTRUCTIONS, BadMessage, negotiate, parse, reused_id, server_info
+from .wire import INSTRUCTIONS, REPLAY_ID, BadMessage, negotiate, parse, reserved_id, reused_id, server_info
 
 if TYPE_CHECKING:
     from .bridge import SdkBridge
@@ -104,6 +104,9 @@ class Front:
                 log.info("dropped a response to no request of ours: %.200r", line)
             return None
         request = "method" in message and "id" in message
+        if request and message["id"] == REPLAY_ID:
+            write(reserved_id(message["id"]))  # its answer would be taken for the replay's
+            return None
         if request and self._unanswered(message["id"]):
             # Found by testing from outside: both ran, and both answers carried the one id. MCP
             # forbids reusing an id within a session; a retry of a call still running is the

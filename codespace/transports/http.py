@@ -161,7 +161,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def asgi_app(app: App, port: int, token: str, max_sessions: int = DEFAULT_MAX_SESSIONS) -> Any:
-    server = build_server(app, transport="http")
+    calls_running: set[tuple[str, str]] = set()
+    server = build_server(app, transport="http", calls_running=calls_running)
     hosts = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
@@ -178,7 +179,7 @@ def asgi_app(app: App, port: int, token: str, max_sessions: int = DEFAULT_MAX_SE
         max_sessions=max_sessions,
         session_idle_timeout=SESSION_IDLE_S,
     )
-    precheck = JsonRpcPrecheck(starlette_app, limit * 2 + 65536, app, server.session_manager, security)
+    precheck = JsonRpcPrecheck(starlette_app, limit * 2 + 65536, app, server.session_manager, security, calls_running)
     return BearerTokenGate(HostOriginGate(precheck, security), token)
 
 

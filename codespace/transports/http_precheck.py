@@ -86,13 +86,16 @@ class JsonRpcPrecheck:
     gets the gateway's answer naming the argument, as over stdio."""
 
     def __init__(self, app: Any, limit: int, codespace: App, sessions: StreamableHTTPSessionManager,
-                 security: TransportSecuritySettings) -> None:
+                 security: TransportSecuritySettings, calls_running: set[tuple[str, str]] | None = None) -> None:
+        """``calls_running``: (session, request id as text) of the tool calls whose handler runs
+        (:func:`codespace.server.build_server` keeps it): a call goes on when its client leaves."""
         self.app = app
         self._limit = limit
         self._codespace = codespace
         self._sessions = sessions
         self._security = TransportSecurityMiddleware(security)
-        self._unanswered: set[tuple[str, Any]] = set()  # (session, request id) of requests not answered yet
+        self._unanswered: set[tuple[str, str]] = set()  # (session, request id as text) of requests not answered yet
+        self._calls_running = calls_running if calls_running is not None else set()
 
     async def _admission(self, scope: dict[str, Any], message: dict[str, Any]) -> str | bytes:
         """Whether the SDK would serve this call: ``_ADMIT``, ``_LEAVE_TO_SDK`` (it refuses
@@ -194,7 +197,7 @@ class JsonRpcPrecheck:
             send = _filling_invalid_params(send, message, scope)
             key = self._request_key(message, scope)
             if key is not None:
-                if key in self._unanswered:
+                if key in self._unanswered or key in self._calls_running:
                     await _respond(send, 400, reused_id(message["id"]))
                     return
                 self._unanswered.add(key)
@@ -207,14 +210,15 @@ class JsonRpcPrecheck:
         await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
 
     @staticmethod
-    def _request_key(message: Any, scope: dict[str, Any]) -> tuple[str, Any] | None:
-        """(session, id) of a request in a session: MCP forbids reusing an id there. Found by
-        testing from outside: the SDK ran both, and the first caller's POST never got its answer
-        (the second's stream took its place). Sessionless requests are each their own."""
+    def _request_key(message: Any, scope: dict[str, Any]) -> tuple[str, str] | None:
+        """(session, id as text) of a request in a session: MCP forbids reusing an id there.
+        Found by testing from outside: the SDK ran both, and the first caller's POST never got its
+        answer (the second's stream took its place; the SDK keys them by the id's text, so 5 and
+        "5" are one). Sessionless requests are each their own."""
         if not isinstance(message, dict) or "method" not in message or "id" not in message:
             return None
         session = Headers(scope=scope).get(MCP_SESSION_ID_HEADER)
-        return None if session is None else (session, message["id"])
+        return None if session is None else (session, str(message["id"]))
 
     async def _no_room(self, message: Any, scope: dict[str, Any], send: Any) -> bool:
         """An initialize that would open a session past the cap: the SDK's 503 says only "Too

@@ -34,6 +34,7 @@ INSTRUCTIONS = (
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 
 MAX_DEPTH = 64
+REPLAY_ID = "codespace-front:initialize-replay"  # the id of the initialize the bridge replays to the SDK
 """How deeply a message may nest. No MCP message we serve needs more than a dozen levels;
 deeper ones are refused before anything recursive (validation, the store's JSON) sees them."""
 
@@ -81,6 +82,12 @@ def reused_id(request_id: Any) -> bytes:
         f"Invalid Request: id {json.dumps(request_id)[:80]} belongs to a request that has not been answered yet; "
         "this one was not run. Give every request its own id (to wait for the first, wait for its answer; to stop "
         "it, send notifications/cancelled)"))
+
+
+def reserved_id(request_id: Any) -> bytes:
+    return error_reply(request_id, INVALID_REQUEST, (
+        f"Invalid Request: id {json.dumps(request_id)[:80]} is one the server uses for a request of its own; this "
+        "one was not run. Use another id"))
 
 
 class BadMessage(Exception):
