@@ -17,7 +17,7 @@ import pytest
 
 import codespace
 from codespace import hookspecs
-from codespace.contract import gate
+from codespace.contract import gate, installed
 from codespace.contract.helper_plugins import (HOOK_ARGUMENTS, NOT_PLAIN, filesystem_suppliers, kept_suppliers,
                                                plain_filesystem, selected, suppliers_to_keep)
 from codespace.contract.markers import hookimpl
@@ -142,11 +142,11 @@ def test_gate_takes_the_plugin_managers_road_when_the_plain_one_declines(roots):
     assert fs.tag == good[1] and failed == []
 
 
-def _no_filesystem(root: Path, name: str) -> tuple[str, str]:
-    """A plugin with a hook, but not the file-system one."""
+def _no_filesystem(root: Path, name: str, *, static: bool = True) -> tuple[str, str]:
+    """A plugin with a hook, but not the file-system one; ``static``: it says so (STATIC_HOOKS)."""
     module = f"hp_{name}_{next(_serial)}"
-    (root / f"{module}.py").write_text("from codespace import hookimpl\n\n@hookimpl\ndef codespace_doctor(workspace):\n"
-                                       "    return []\n")
+    (root / f"{module}.py").write_text("from codespace import hookimpl\n" + ("CODESPACE_STATIC_HOOKS = True\n" if static else "")
+                                       + "\n@hookimpl\ndef codespace_doctor(workspace):\n    return []\n")
     return name, module
 
 
@@ -156,6 +156,12 @@ def test_suppliers_are_what_the_choice_can_depend_on(roots):
     root, workspace = roots
     first, declines = _plugin(root, "first"), _plugin(root, "zdeclines", body="return None")
     other, unloaded = _no_filesystem(root, "other"), _no_filesystem(root, "unloaded")
+    # Found by testing from outside: a hook may exist only when another module imports (or under
+    # an environment variable), which no file of the plugin shows: only a module that declares its
+    # hooks static is ever left out.
+    undeclared = _no_filesystem(root, "undeclared", static=False)
+    __import__(undeclared[1])
+    assert filesystem_suppliers([undeclared])[0] == [undeclared]
     wrapped = _plugin(root, "wrapped", options="(tryfirst=True)")
     installed = [first, declines, other, wrapped, ("attr", f"{other[1]}:codespace_doctor"), unloaded,
                  ("missing", "hp_no_such_module")]
@@ -164,7 +170,7 @@ def test_suppliers_are_what_the_choice_can_depend_on(roots):
     suppliers, files = filesystem_suppliers(installed)
     assert suppliers == [first, declines, wrapped, ("attr", f"{other[1]}:codespace_doctor"), unloaded,
                          ("missing", "hp_no_such_module")]
-    assert files == [str(root / f"{other[1]}.py")]
+    assert files == [str(root), str(root / f"{other[1]}.py")]  # the directory too: a module added there
     assert unloaded[1] not in sys.modules  # judged only if loaded: nothing is imported to judge
     plain = [first, declines, other]
     assert _both(workspace, filesystem_suppliers(plain)[0]) == _both(workspace, plain)
@@ -179,7 +185,8 @@ def test_kept_suppliers_hold_until_a_file_they_were_judged_by_changes(roots):
         __import__(module)
     source = root / f"{other[1]}.py"
     assert suppliers_to_keep([first, other]) is None  # just written: too recent to tell a change from it
-    os.utime(source, ns=(time.time_ns() - 60 * 10**9,) * 2)
+    for path in (source, root):
+        os.utime(path, ns=(time.time_ns() - 60 * 10**9,) * 2)
     record = suppliers_to_keep([first, other])
     assert marshal.loads(marshal.dumps(record)) == record
     assert kept_suppliers(record, [first, other]) == [first]
@@ -188,5 +195,9 @@ def test_kept_suppliers_hold_until_a_file_they_were_judged_by_changes(roots):
     assert suppliers_to_keep([first]) is None  # nothing left out: nothing worth keeping
     for damaged in (None, (), ("x",), (record[0], record[1], ((str(source), "not a stamp"),))):
         assert kept_suppliers(damaged, [first, other]) is None
+    (root / "hp_new_module.py").write_text("")  # a module added beside it: what its hooks could now import
+    assert kept_suppliers(record, [first, other]) is None
+    record = (record[0], record[1], tuple((p, installed.file_stamp(p)) for p, _ in record[2]))
+    assert kept_suppliers(record, [first, other]) == [first]
     source.write_text(source.read_text() + "\n@hookimpl\ndef codespace_filesystem(workspace):\n    return None\n")
     assert kept_suppliers(record, [first, other]) is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,3 +37,27 @@ def test_hook_module_loads_no_mechanism(name: str, value: str) -> None:
     loaded = _imported(f"import {module}")
     heavy = [m for m in HEAVY if m in loaded and m not in by_site]
     assert not heavy, f"plugin {name}: importing {module} loads {heavy}; import them in the hooks that use them"
+
+
+SHIPPED = sorted(p.name for p in (Path(__file__).resolve().parents[1] / "plugins").iterdir() if (p / "pyproject.toml").is_file())
+
+
+@pytest.mark.parametrize("plugin", SHIPPED)
+def test_shipped_hook_modules_declare_static_hooks_truly(plugin: str) -> None:
+    """Each plugin that ships declares CODESPACE_STATIC_HOOKS (the patch helper then need not
+    import it while its files are unchanged), and the declaration holds: every hook is a
+    function defined at the top of its module, under no condition."""
+    import ast
+
+    from codespace.contract.helper_plugins import STATIC_HOOKS
+
+    root = Path(__file__).resolve().parents[1] / "plugins" / plugin
+    module = next(root.glob("codespace_*/plugin.py"))
+    tree = ast.parse(module.read_text())
+    top = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    declared = [node for node in tree.body if isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == STATIC_HOOKS for t in node.targets)]
+    assert declared and isinstance(declared[0].value, ast.Constant) and declared[0].value.value is True, module
+    hooks = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and node.name.startswith("codespace_")}
+    assert hooks and hooks <= top, f"{module}: hooks not defined at the top of the module: {hooks - top}"

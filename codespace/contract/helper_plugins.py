@@ -49,6 +49,12 @@ ModuleType = type(sys)
 NOT_PLAIN = object()
 """The choice needs the plugin manager."""
 
+STATIC_HOOKS = "CODESPACE_STATIC_HOOKS"
+"""A hook module sets this to True to declare that which hooks it has depends only on the
+files of its own package (no hook defined under a condition, such as an optional import
+or an environment variable): a one-shot helper may then keep which hooks it has
+(:func:`filesystem_suppliers`) while those files are unchanged."""
+
 ENV_BLOCK = "CODESPACE_PLUGINS_BLOCK"
 ENV_ALLOW = "CODESPACE_PLUGINS_ALLOW"
 MARK = "codespace_impl"
@@ -165,14 +171,17 @@ def filesystem_suppliers(installed: Iterable[tuple[str, str]]) -> tuple[list[tup
     """``installed`` split for a helper's later choice: the entries the file-system choice
     can depend on, and the module files the others were judged by.
 
-    An entry is left out only when its module is already loaded in this process, reads
-    plainly (:func:`plain_hooks`) and has no ``codespace_filesystem`` hook: it answers
-    nothing to that hook and cannot send the choice to the plugin manager's road, so
-    :func:`plain_filesystem` over what is left makes the same choice. Everything else
-    stays: a name given twice, a value naming an attribute, a module not loaded here
-    (nothing is imported for this: a server must not load a plugin its policy blocks).
-    The files are those of every loaded module of a left-out plugin's top-level package:
-    a hook can only appear through a change to one of them."""
+    An entry is left out only when its module is already loaded in this process, declares
+    :data:`STATIC_HOOKS`, reads plainly (:func:`plain_hooks`) and has no
+    ``codespace_filesystem`` hook: it answers nothing to that hook and cannot send the
+    choice to the plugin manager's road, so :func:`plain_filesystem` over what is left
+    makes the same choice. Everything else stays: a name given twice, a value naming an
+    attribute, a module not loaded here (nothing is imported for this: a server must not
+    load a plugin its policy blocks), a module that does not declare its hooks static
+    (found by testing from outside: a hook defined only when an optional module imports
+    appeared with that module, and a kept answer missed it). The files are those of every
+    loaded module of a left-out plugin's top-level package, and their directories (a
+    module added there): what a static module's hooks can change with."""
     entries = list(installed)
     counts: dict[str, int] = {}
     for name, _ in entries:
@@ -181,16 +190,16 @@ def filesystem_suppliers(installed: Iterable[tuple[str, str]]) -> tuple[list[tup
     packages: set[str] = set()
     for name, value in entries:
         module = sys.modules.get(value.strip()) if counts[name] == 1 and ":" not in value else None
-        hooks = plain_hooks(module) if module is not None else None
+        hooks = plain_hooks(module) if getattr(module, STATIC_HOOKS, False) is True else None
         if hooks is None or "codespace_filesystem" in hooks:
             kept.append((name, value))
         else:
             packages.add(value.strip().partition(".")[0])
-    files = sorted({
+    files = {
         file for name, module in list(sys.modules.items())
         if name.partition(".")[0] in packages and isinstance(file := getattr(module, "__file__", None), str)
-    })
-    return kept, files
+    }
+    return kept, sorted(files | {os.path.dirname(file) for file in files})
 
 
 def suppliers_to_keep(installed: Iterable[tuple[str, str]]) -> tuple | None:

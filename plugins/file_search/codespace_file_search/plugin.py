@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from codespace import hookimpl
 
+# Every hook below is defined unconditionally: a one-shot helper may keep which hooks this
+# module has while its package's files are unchanged (codespace.contract.helper_plugins).
+CODESPACE_STATIC_HOOKS = True
+
 
 @hookimpl
 def codespace_register_tools(register):  # noqa: ANN001, ANN201

@@ -10,6 +10,10 @@ from codespace import hookimpl
 from . import kernel
 from .resolve import MODE_ENV, choose_mode
 
+# Every hook below is defined unconditionally: a one-shot helper may keep which hooks this
+# module has while its package's files are unchanged (codespace.contract.helper_plugins).
+CODESPACE_STATIC_HOOKS = True
+
 # Not typing's TYPE_CHECKING, nor functools.cache and a module logger below: the patch helper
 # loads this module to get its backend, and typing, functools and logging cost it more than its patch.
 TYPE_CHECKING = False

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from codespace import hookimpl
 
+# Every hook below is defined unconditionally: a one-shot helper may keep which hooks this
+# module has while its package's files are unchanged (codespace.contract.helper_plugins).
+CODESPACE_STATIC_HOOKS = True
+
 # Every process that loads plugins imports this module, one-shot helpers included (the patch
 # helper, to choose its file-system backend): the backend's modules (pydantic, anyio) load in
 # the hooks below, never at import.

@@ -11,6 +11,10 @@ import sys
 
 from codespace import hookimpl
 
+# Every hook below is defined unconditionally: a one-shot helper may keep which hooks this
+# module has while its package's files are unchanged (codespace.contract.helper_plugins).
+CODESPACE_STATIC_HOOKS = True
+
 # The helper process loads this module with the plugins (to choose its file-system backend):
 # typing, logging and threading, each loaded where a hook needs it, would cost it more than its patch.
 TYPE_CHECKING = False

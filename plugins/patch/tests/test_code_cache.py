@@ -259,7 +259,8 @@ def test_a_plugin_with_no_file_system_is_not_imported_while_it_stays_so(tmp_path
     (site / "probe-1.0.dist-info").mkdir(parents=True)
     (site / "probe-1.0.dist-info" / "entry_points.txt").write_text("[codespace.plugins]\nprobe = cs_probe\n")
     probe = site / "cs_probe.py"
-    probe.write_text("from codespace import hookimpl\n\n@hookimpl\ndef codespace_doctor(workspace):\n    return []\n")
+    probe.write_text("from codespace import hookimpl\n\nCODESPACE_STATIC_HOOKS = True\n\n"
+                     "@hookimpl\ndef codespace_doctor(workspace):\n    return []\n")
     extra = (str(TEST_PLUGINS), str(site))
     plugins, paths = [list(p) for p in _plugins(extra)], list(_paths(extra))  # as the helper is started
     assert ["probe", "cs_probe"] in plugins
@@ -280,7 +281,8 @@ def test_a_plugin_with_no_file_system_is_not_imported_while_it_stays_so(tmp_path
 
     def age(seconds: int) -> None:
         then = time.time() - seconds
-        os.utime(probe, (then, then))
+        for path in (probe, site):
+            os.utime(path, (then, then))
 
     assert run()  # just written: too recent to judge it by
     age(60)

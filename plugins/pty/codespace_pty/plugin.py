@@ -9,6 +9,10 @@ import os
 
 from codespace import hookimpl
 
+# Every hook below is defined unconditionally: a one-shot helper may keep which hooks this
+# module has while its package's files are unchanged (codespace.contract.helper_plugins).
+CODESPACE_STATIC_HOOKS = True
+
 
 @hookimpl
 def codespace_terminal(workspace):  # noqa: ANN001, ANN201

@@ -14,6 +14,10 @@ from codespace import hookimpl
 
 from .role import in_worker_process
 
+# Every hook below is defined unconditionally: a one-shot helper may keep which hooks this
+# module has while its package's files are unchanged (codespace.contract.helper_plugins).
+CODESPACE_STATIC_HOOKS = True
+
 # Every process that loads plugins imports this module, one-shot helpers included (the patch
 # helper, to choose its file-system backend): json, logging and typing load where used.
 TYPE_CHECKING = False
