@@ -34,9 +34,11 @@ INSTRUCTIONS = (
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 
 MAX_DEPTH = 64
-REPLAY_ID = "codespace-front:initialize-replay"  # the id of the initialize the bridge replays to the SDK
 """How deeply a message may nest. No MCP message we serve needs more than a dozen levels;
 deeper ones are refused before anything recursive (validation, the store's JSON) sees them."""
+
+REPLAY_ID = "codespace-front:initialize-replay"
+"""The id of the initialize the stdio bridge replays to the SDK: a client's request with it is refused."""
 
 
 def server_info() -> dict[str, Any]:

@@ -27,8 +27,8 @@ import marshal
 import os
 import sys
 
-MAGIC = b"CSCC"  # then the head's length (4 bytes, little-endian), the head (format, index, memo), the code
-FORMAT = 2  # 2: the head holds the memo too
+MAGIC = b"CSCC"  # then the head's length (4 bytes, little-endian), the head (format, index, memo, path), the code
+FORMAT = 3  # 2: the head holds the memo too; 3: and the import path's directories as they were
 PREFIX = "helper-road."
 KEEP = 8  # cache files per directory, the most recently written
 
@@ -88,6 +88,7 @@ class CodeCache:
         self.memo: dict[str, object] = {}  # answers kept for the next run (remember / remembered)
         self.memo_changed = False
         self.before = set(sys.modules)  # loaded before the cache could serve them (by site, say): not kept
+        self.path_stamps = _path_stamps()  # before any import this run makes, so a change during it is seen
         self._loader = _Loader(self)
         self._read()
 
@@ -98,10 +99,16 @@ class CodeCache:
             if data[:4] != MAGIC:
                 return
             size = int.from_bytes(data[4:8], "little")
-            fmt, index, memo = marshal.loads(data[8:8 + size])
+            fmt, index, memo, path = marshal.loads(data[8:8 + size])
         except (OSError, ValueError, EOFError, TypeError):
             return
         if fmt != FORMAT or type(index) is not dict or not all(map(_well_formed, index.items())):
+            return
+        if path != self.path_stamps:
+            # A module or package added to (or removed from) a directory of the path may now be
+            # found before the one whose code is kept, or a plugin's hook module with it (found by
+            # testing from outside: a package added earlier on PYTHONPATH was not seen). The path
+            # finder tells a changed directory by its modification time too.
             return
         if type(memo) is dict and all(type(key) is str for key in memo):
             self.memo = memo
@@ -162,7 +169,7 @@ class CodeCache:
         for name, (blob, entry) in entries.items():
             index[name] = (*entry, offset, len(blob))
             offset += len(blob)
-        head = marshal.dumps((FORMAT, index, self.memo))
+        head = marshal.dumps((FORMAT, index, self.memo, self.path_stamps))
         tmp = f"{self.path}.{os.getpid()}"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -201,6 +208,20 @@ def _well_formed(item: tuple) -> bool:
     name, entry = item
     return type(name) is str and type(entry) is tuple and len(entry) == len(_ENTRY_TYPES) and all(
         type(value) is kind for value, kind in zip(entry, _ENTRY_TYPES))
+
+
+def _path_stamps() -> tuple:
+    """(directory, modification time, inode) of each entry of the import path (None where there
+    is none): what tells that a name could now be found elsewhere than where it was."""
+    stamps = []
+    for entry in sys.path:
+        try:
+            st = os.stat(entry or ".")
+        except OSError:
+            stamps.append((entry, None, None))
+            continue
+        stamps.append((entry, st.st_mtime_ns, st.st_ino))
+    return tuple(stamps)
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

@@ -54,6 +54,13 @@ def _run(tmp_path: Path, *flags: str, cache: Path | None = None) -> dict:
     return json.loads(done.stdout)
 
 
+def _head(cache: Path) -> tuple:
+    """(format, index, memo, import path) of a cache file, as the runs that wrote it saw them (a
+    CodeCache made here would find this process's path, not theirs, and hold nothing)."""
+    data = cache.read_bytes()
+    return marshal.loads(data[8:8 + int.from_bytes(data[4:8], "little")])
+
+
 def test_second_run_is_served_from_the_cache_with_the_path_loaders_attributes(tmp_path):
     _tree(tmp_path / "tree", "one")
     first = _run(tmp_path)
@@ -85,9 +92,7 @@ def test_a_module_the_cache_lacks_is_added(tmp_path):
     (tmp_path / "tree" / "pkg" / "extra.py").write_text("X = 'from extra'\n")
     assert _run(tmp_path)["value"] == "from extra"
     assert _run(tmp_path)["loader"] == "_Loader"
-    from codespace_patch.code_cache import CodeCache
-
-    assert {"pkg", "pkg.mod", "pkg.extra"} <= set(CodeCache(str(tmp_path / "cache.bin")).index)
+    assert {"pkg", "pkg.mod", "pkg.extra"} <= set(_head(tmp_path / "cache.bin")[1])
 
 
 @pytest.mark.parametrize("content", [b"", b"CSCC", b"CSCC\xff\xff\xff\x7f", b"not a cache at all" * 100,
@@ -107,17 +112,40 @@ def test_a_cut_or_foreign_code_entry_falls_back_for_that_module(tmp_path):
     cut = _run(tmp_path)
     assert cut["value"] == "one" and "SourceFileLoader" in (cut["loader"], cut["package_loader"])
     assert _run(tmp_path)["loader"] == "_Loader"  # and written whole again
-    from codespace_patch.code_cache import FORMAT, MAGIC, CodeCache
+    from codespace_patch.code_cache import FORMAT, MAGIC
 
-    cache = CodeCache(str(tmp_path / "cache.bin"))
-    head = marshal.dumps((FORMAT, {name: (*entry[:5], 0, 2) for name, entry in cache.index.items()}, {}))
+    _, index, _, path = _head(tmp_path / "cache.bin")
+    assert index
+    head = marshal.dumps((FORMAT, {name: (*entry[:5], 0, 2) for name, entry in index.items()}, {}, path))
     (tmp_path / "cache.bin").write_bytes(MAGIC + len(head).to_bytes(4, "little") + head + marshal.dumps(42))
     foreign = _run(tmp_path)  # each entry unmarshals to an int, not code
     assert foreign["value"] == "one" and foreign["loader"] == foreign["package_loader"] == "SourceFileLoader"
     for index in ({"pkg": ("short",)}, {"pkg.mod": [1, 2]}, {3: ()}, ["not", "a", "dict"]):
-        head = marshal.dumps((FORMAT, index, {}))
+        head = marshal.dumps((FORMAT, index, {}, path))
         (tmp_path / "cache.bin").write_bytes(MAGIC + len(head).to_bytes(4, "little") + head)
         assert _run(tmp_path)["value"] == "one"
+
+
+def test_a_module_added_earlier_on_the_path_is_found_not_the_kept_one(tmp_path):
+    """Found by testing from outside: the kept code of pkg was served while a pkg added to a
+    directory before it on the path would be imported by a fresh run."""
+    _tree(tmp_path / "tree", "one")
+    first = tmp_path / "first"
+    first.mkdir()
+    code = DRIVER.format(patch_root=PATCH_ROOT, tree=str(tmp_path / "tree"), cache=str(tmp_path / "cache.bin"))
+    code = code.replace("sys.path[:0] = [", f"sys.path[:0] = [{str(first)!r}, ", 1)
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    run()
+    assert run()["loader"] == "_Loader"  # served from the cache
+    _tree(first, "shadow")
+    shadowed = run()
+    assert shadowed["value"] == "shadow" and shadowed["file"] == str(first / "pkg" / "mod.py"), shadowed
+    assert run()["value"] == "shadow"
 
 
 def test_no_cache_is_written_where_bytecode_is_not_or_cannot_be(tmp_path):
