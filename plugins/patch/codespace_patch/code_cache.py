@@ -9,7 +9,9 @@ file in this package's ``__pycache__`` and serves them from it in the next run.
 
 It is a cache of the ``.pyc`` files with their rules: written only where they are written
 (never when ``sys.dont_write_bytecode`` is set), one per interpreter (cache tag) and import
-path (a different path could resolve a name to another file); a module is served only
+path (a different path could resolve a name to another file), and nothing is served once
+a directory of that path has changed since the run that wrote it (a name could now be found
+in it first); a module is served only
 while its source file has the size and modification time it had when its code was taken,
 and only from code whose ``.pyc`` matched its source then; anything else (a missing,
 short or foreign file, a changed source) falls through to the normal import and marks
