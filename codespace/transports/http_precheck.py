@@ -185,6 +185,7 @@ class JsonRpcPrecheck:
         if size > self._limit:
             await self._too_large(send, receive, size, body, more=bool(message.get("more_body")))
             return
+        key = None  # (session, id) of a request this POST carries, held until it is answered
         try:
             message = parse(body)
         except BadMessage as bad:
@@ -196,18 +197,15 @@ class JsonRpcPrecheck:
                 return
             send = _filling_invalid_params(send, message, scope)
             key = self._request_key(message, scope)
-            if key is not None:
-                if key in self._unanswered or key in self._calls_running:
-                    await _respond(send, 400, reused_id(message["id"]))
-                    return
-                self._unanswered.add(key)
-                try:
-                    await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}],
-                                                  receive), send)
-                finally:
-                    self._unanswered.discard(key)
+            if key in self._unanswered or key in self._calls_running:
+                await _respond(send, 400, reused_id(message["id"]))
                 return
-        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
+        if key is not None:
+            self._unanswered.add(key)
+        try:
+            await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
+        finally:
+            self._unanswered.discard(key)
 
     @staticmethod
     def _request_key(message: Any, scope: dict[str, Any]) -> tuple[str, str] | None:

@@ -213,17 +213,9 @@ def _well_formed(item: tuple) -> bool:
 
 
 def _path_stamps() -> tuple:
-    """(directory, modification time, inode) of each entry of the import path (None where there
-    is none): what tells that a name could now be found elsewhere than where it was."""
-    stamps = []
-    for entry in sys.path:
-        try:
-            st = os.stat(entry or ".")
-        except OSError:
-            stamps.append((entry, None, None))
-            continue
-        stamps.append((entry, st.st_mtime_ns, st.st_ino))
-    return tuple(stamps)
+    """Each entry of the import path with its stamp (None where there is none): a directory's
+    modification time tells that a name could now be found elsewhere than where it was."""
+    return tuple((entry, _stamp(entry or ".")) for entry in sys.path)
 
 
 def _stamp(path: str) -> tuple[int, int] | None:
