@@ -366,6 +366,10 @@ async def test_http_a_request_reusing_the_id_of_one_still_running_is_refused_and
             text = await http.post(url, headers=session, json={**call("write_file", {"path": "second.txt",
                                                                                     "content": "2"}), "id": "5"})
             assert text.status_code == 400 and text.json()["id"] == "5", text.text
+            # Arguments with a lone surrogate are refused without the SDK; a reused id still comes first.
+            odd = await http.post(url, headers=session, content=json.dumps(call("write_file", {
+                "path": "w\udcff.txt", "content": "2"})).encode())
+            assert odd.status_code == 400 and "id 5 belongs to a request" in odd.json()["error"]["message"], odd.text
             first = answer(await asyncio.wait_for(slow, 30))
             assert first["id"] == 5 and first["result"]["isError"] is False, first
             assert (ws / "first.txt").read_text() == "first\n" and not (ws / "second.txt").exists()

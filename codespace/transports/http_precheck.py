@@ -193,13 +193,13 @@ class JsonRpcPrecheck:
                 await _respond(send, 400, bad.reply)
                 return
         else:
+            key = self._request_key(message, scope)
+            if key is not None and (key in self._unanswered or key in self._calls_running):
+                await _respond(send, 400, reused_id(message["id"]))  # before any road that answers a call
+                return
             if await self._surrogate_call(message, scope, send) or await self._no_room(message, scope, send):
                 return
             send = _filling_invalid_params(send, message, scope)
-            key = self._request_key(message, scope)
-            if key in self._unanswered or key in self._calls_running:
-                await _respond(send, 400, reused_id(message["id"]))
-                return
         if key is not None:
             self._unanswered.add(key)
         try:
