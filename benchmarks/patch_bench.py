@@ -51,6 +51,10 @@ same way with this environment's third-party packages, in the same interleaved r
 over this checkout's and that one's code (the command finds every installed plugin itself,
 which the helper is handed).
 
+``--python PATH`` adds ``helper on PATH`` and ``python -I -S on PATH (floor)``: the same helper
+and floor started by another interpreter (e.g. a distribution's ``/usr/bin/python3.11`` beside a
+pyenv build): how much of the helper's time is the interpreter's build rather than our code.
+
 ``--startup`` times the helper's start-up instead, as whole processes started as the
 helper is (same interpreter, flags, path and environment), each stage adding one step of
 the helper's road to the previous one: the interpreter; the standard-library modules still
@@ -246,6 +250,19 @@ def _other_checkout(helper_cmd: list[str], other: Path) -> list[str]:
     return [*helper_cmd[:-1], boot]
 
 
+def _other_python(path: str) -> str:
+    """``path`` when it is a Python of this one's version line (the helper's path holds this
+    environment's packages and ``.pyc`` files)."""
+    try:
+        version = subprocess.run([path, "-I", "-S", "-c", "import sys;print(sys.version_info[:2])"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip()
+    except OSError as exc:
+        raise SystemExit(f"patch_bench: --python {path}: {exc}") from None
+    if version != str(sys.version_info[:2]):
+        raise SystemExit(f"patch_bench: --python {path} is Python {version or '?'}, this one {sys.version_info[:2]}")
+    return path
+
+
 def _command_of(checkout: Path, command: Path) -> list[str]:
     """The installed command's own text run with ``python -c`` (``site`` on, as the command
     runs) over the core and plugins of ``checkout``: with ``--before``, this checkout's and the
@@ -303,6 +320,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--command", default=str(INSTALLED_COMMAND),
                         help="the installed codespace-apply-patch to time as 'command' (default: beside this "
                              "interpreter; e.g. one in a venv of wheels)")
+    parser.add_argument("--python", metavar="PATH",
+                        help="also time the helper and the floor started by this interpreter (same version line)")
     parser.add_argument("--startup", action="store_true", help="time the helper's start-up stage by stage, only")
     parser.add_argument("--stdin", action="store_true",
                         help="give every contender the patch on stdin, as a heredoc (apply_patch <<'EOF'); codex "
@@ -316,11 +335,12 @@ def _report(name: str, files: dict[str, str], patch: str, times: dict[str, list[
     print(f"\n{name}  ({len(files)} file(s), {size} KB; patch {patch.count(chr(10)) + 1} lines / "
           f"{len(patch.encode()) // 1024} KB)")
     cpu = {k: statistics.median(v) * 1000 for k, v in CPU.items()}
+    width = max(20, *map(len, medians))
     for key, value in medians.items():
         ratio = value / medians["codex"]
         spread = f"[{min(times[key]) * 1000:.1f} .. {max(times[key]) * 1000:.1f}]"
         used = f"  cpu {cpu[key]:6.1f} ms {cpu[key] / cpu['codex']:5.2f}x" if key in cpu else ""
-        print(f"  {key:20s} {value:8.1f} ms  {ratio:5.2f}x codex  {spread}{used}")
+        print(f"  {key:{width}s} {value:8.1f} ms  {ratio:5.2f}x codex  {spread}{used}")
 
 
 def main() -> int:
@@ -343,6 +363,7 @@ def main() -> int:
     codex_env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
     helper_cmd = helper_argv(backend)
     before_cmd = _other_checkout(helper_cmd, Path(args.before)) if args.before else None
+    other = _other_python(args.python) if args.python else None
     commands_c: dict[str, list[str]] = {}  # with --before: the command's text over each checkout
     h_env = helper_env(str(base / "helper-state"), str(home), backend)
     command_env = None  # the installed command finds the installed plugins: only over codespace-fs
@@ -381,7 +402,9 @@ def main() -> int:
 
         codex_argv = [str(alias)] if args.stdin else [str(codex), "--codex-run-as-apply-patch", patch]
         times: dict[str, list[float]] = {k: [] for k in
-                                         ("codex", "helper", "helper before", "python -I -S (floor)", "command",
+                                         ("codex", "helper", "helper before", "python -I -S (floor)",
+                                          *(() if other is None else (f"helper on {other}", f"python -I -S on {other} (floor)")),
+                                          "command",
                                           *commands_c, "python (floor)", "in-server atomic", "in-server upstream", "mcp call",
                                           "raw rewrites (floor)")}
         CPU.clear()
@@ -395,6 +418,10 @@ def main() -> int:
         limit = Workspace.open(root, state_dir=base / "state").limits.max_file_bytes
         patchers = {mode: PatchBackend(limit) for mode in ("atomic", "upstream")}
         await warm_up(root, files, patch, backend, patchers)
+        if other is not None:  # its first run writes its own code cache (one per interpreter)
+            reset(root, files)
+            timed_process(patch_argv([other, *helper_cmd[1:]]), root, h_env, None, stdin)
+            expect(root, want)
         async with connect(app) as client:
             for _ in range(args.runs):
                 reset(root, files)
@@ -409,6 +436,13 @@ def main() -> int:
                     expect(root, want)
                 times["python -I -S (floor)"].append(
                     timed_process(patch_argv(PYTHON_FLOOR), root, h_env, "python -I -S (floor)"))
+                if other is not None:
+                    reset(root, files)
+                    key = f"helper on {other}"
+                    times[key].append(timed_process(patch_argv([other, *helper_cmd[1:]]), root, h_env, key, stdin))
+                    expect(root, want)
+                    key = f"python -I -S on {other} (floor)"
+                    times[key].append(timed_process(patch_argv([other, *PYTHON_FLOOR[1:]]), root, h_env, key))
                 if command_env is not None:
                     reset(root, files)
                     times["command"].append(timed_process(patch_argv([str(command)]), root, command_env, "command",
