@@ -1,6 +1,6 @@
 """CodeSpace: a governed workspace for coding agents, served over MCP."""
 
-__version__ = "0.2.5"
+__version__ = "0.2.6"
 
 __all__ = ["__version__", "hookimpl"]
 

@@ -215,6 +215,8 @@ async def test_hard_link_to_a_hidden_file(uid):
             listed = {e["name"]: e for e in (await call_ok(client, "list_dir", {"path": "."}))["entries"]}
             assert listed["innocent.txt"] == {"name": "innocent.txt", "kind": "file", "withheld": "filesystem.hardlinks"}
             assert listed["plain.txt"]["size"] == 6 and "withheld" not in listed["plain.txt"]
+            shown = (await client.call_tool("list_dir", {"path": "."})).content[0].text.splitlines()
+            assert "file     withheld  innocent.txt" in shown, shown  # not a size of 0 (found from outside)
             walked = await call_ok(client, "walk", {"path": ".", "sizes": True, "gitignore": True})
             sizes = {e["path"]: e.get("size") for e in walked["entries"]}
             assert sizes["innocent.txt"] is None and sizes["plain.txt"] == 6, sizes

@@ -51,6 +51,8 @@ _EXPORTS = {
     "proc_start_ticks": "codespace.store.base",
     # network audit (the egress proxy's trail in the operation store)
     "NetworkEvent": "codespace.store.base", "NetworkAudit": ".network",
+    # names in a tool's text answer, one entry a line
+    "one_line": ".text",
     # glob patterns (pathspec's) matched in bounded time
     "guard_globs": ".globs", "glob_too_costly": ".globs",
     # one-shot helper processes: made non-dumpable, no core files, no LD_* steering

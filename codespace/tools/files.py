@@ -21,6 +21,7 @@ from ..contract import (
     WriteFileRequest,
     WriteFileResult,
 )
+from ..contract.text import one_line
 from ..plugins import hookimpl
 from ..tooling import OperationArgs, ToolCall, ToolDefinition, ToolRegistrar
 
@@ -64,30 +65,31 @@ def _render_read(result: ReadFileResult) -> str:
 # the text block, several times shorter than the same entries as JSON (structured content keeps
 # every field).
 def _render_list(result: ListDirResult) -> str:
-    lines = [f"{result.path}: {len(result.entries)} entries" + (" (truncated)" if result.truncated else "")]
+    lines = [f"{one_line(result.path)}: {len(result.entries)} entries" + (" (truncated)" if result.truncated else "")]
     for entry in result.entries:
-        name, kind = entry["name"], entry["kind"]
+        name, kind = one_line(entry["name"]), entry["kind"]
         if kind == "directory":
             lines.append(f"dir      {name}/")
         elif kind == "symlink":
-            lines.append(f"link     {name} -> {entry.get('target', '?')}")
+            lines.append(f"link     {name} -> {one_line(entry.get('target') or '?')}")
         elif kind == "file":
-            lines.append(f"file {entry.get('size', 0):>12}  {name}")
+            size = entry.get("size")
+            lines.append(f"file {'withheld' if size is None and entry.get('withheld') else size or 0:>12}  {name}")
         else:
             lines.append(f"{kind:<8} {name}")
-    lines += [f"error    {e.path}: {e.message}" for e in result.errors]
+    lines += [f"error    {one_line(e.path)}: {e.message}" for e in result.errors]
     return "\n".join(lines)
 
 
 def _render_walk(result: WalkResult) -> str:
-    lines = [f"{result.path}: {len(result.entries)} entries, {result.dirs_visited} directories read"
+    lines = [f"{one_line(result.path)}: {len(result.entries)} entries, {result.dirs_visited} directories read"
              + (f" (truncated: {result.truncated_reason or 'a limit was reached'})" if result.truncated else "")]
     for entry in result.entries:
-        path, kind = entry["path"], entry["kind"]
+        path, kind = one_line(entry["path"]), entry["kind"]
         suffix = "/" if kind == "directory" else (" @" if kind == "symlink" else "")
         size = entry.get("size")
         lines.append(f"{path}{suffix}" + (f"  {size}" if size is not None else ""))
-    lines += [f"error: {e.path}: {e.message}" for e in result.errors]
+    lines += [f"error: {one_line(e.path)}: {e.message}" for e in result.errors]
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from codespace.contract import ToolDefinition, ToolError, run_cancellable
+from codespace.contract import ToolDefinition, ToolError, one_line, run_cancellable
 
 from . import LIMIT
 
@@ -131,7 +131,7 @@ async def find_files(call, args: FindFilesArgs) -> FindFilesResult:  # noqa: ANN
 
 
 def render(result: FindFilesResult) -> str:
-    lines = [f"{f.path}{'/' if f.match_type == 'directory' and f.path else ''}" for f in result.files]
+    lines = [f"{one_line(f.path)}{'/' if f.match_type == 'directory' and f.path else ''}" for f in result.files]
     summary = f"{len(result.files)} of {result.total_matches} matches in {result.entries_walked} entries"
     if result.truncated:
         summary += f"; the walk was truncated ({result.truncated_reason}), so matches may be missing"

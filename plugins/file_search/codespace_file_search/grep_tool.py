@@ -9,7 +9,7 @@ comes back.
 
 from __future__ import annotations
 
-from codespace.contract import ToolCall, ToolDefinition, run_cancellable
+from codespace.contract import ToolCall, ToolDefinition, one_line, run_cancellable
 
 from .grep_models import GrepArgs, GrepResult
 
@@ -41,10 +41,11 @@ def render(result: GrepResult) -> str:
         head += f" (truncated: {result.truncated_reason}; pass next_cursor to continue)"
     lines = [head]
     for m in result.matches:
-        lines += [f"{m.path}-{c.line_number}-{c.line}" for c in m.before]
-        lines.append(f"{m.path}:{m.line_number}:{m.line}")
-        lines += [f"{m.path}-{c.line_number}-{c.line}" for c in m.after]
-    lines += [f"skipped: {s.path}: {s.reason}" if s.path else f"skipped: {s.reason}" for s in result.skipped]
+        path = one_line(m.path)  # a name's newline would forge a match line
+        lines += [f"{path}-{c.line_number}-{c.line}" for c in m.before]
+        lines.append(f"{path}:{m.line_number}:{m.line}")
+        lines += [f"{path}-{c.line_number}-{c.line}" for c in m.after]
+    lines += [f"skipped: {one_line(s.path)}: {s.reason}" if s.path else f"skipped: {s.reason}" for s in result.skipped]
     if result.next_cursor:
         lines.append(f"next_cursor: {result.next_cursor}")
     return "\n".join(lines)
