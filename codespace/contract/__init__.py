@@ -54,7 +54,7 @@ _EXPORTS = {
     # names in a tool's text answer, one entry a line
     "one_line": ".text",
     # glob patterns (pathspec's) matched in bounded time
-    "guard_globs": ".globs", "glob_too_costly": ".globs",
+    "guard_globs": ".globs", "glob_too_costly": ".globs", "MAX_GLOBS": ".globs",
     # one-shot helper processes: made non-dumpable, no core files, no LD_* steering
     "harden_process": ".hardening", "HardeningError": ".hardening",
     # long-lived processes of CodeSpace's own (server, worker): no pydantic plugins in them

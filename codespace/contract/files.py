@@ -11,6 +11,7 @@ from typing_extensions import NotRequired, TypedDict
 from pydantic import Field, field_validator
 
 from ..models import Strict
+from .globs import MAX_GLOBS
 
 FileKind = Literal["file", "directory", "symlink", "fifo", "socket", "char_device", "block_device", "other"]
 
@@ -134,8 +135,10 @@ class ListDirResult(Strict):
 class WalkRequest(Strict):
     path: str = Field(default=".", description="Directory to walk.")
     max_depth: int | None = Field(default=None, ge=0, description="Deepest level to descend (default: limits.walk_max_depth).")
-    include: list[str] = Field(default_factory=list, description="Glob patterns (gitignore-style) entries must match.")
-    exclude: list[str] = Field(default_factory=list, description="Glob patterns (gitignore-style) to leave out.")
+    include: list[str] = Field(default_factory=list, max_length=MAX_GLOBS,
+                               description="Glob patterns (gitignore-style) entries must match.")
+    exclude: list[str] = Field(default_factory=list, max_length=MAX_GLOBS,
+                               description="Glob patterns (gitignore-style) to leave out.")
     gitignore: bool = Field(default=False, description="Honour .gitignore files (and .git/info/exclude).")
     include_hidden: bool = Field(default=True, description="Include names starting with '.'.")
     prune_hidden_dirs: bool = Field(default=False, description="Do not descend into directories starting with '.'.")

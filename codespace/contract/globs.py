@@ -267,6 +267,11 @@ class Guarded:
 
 MAX_GLOB_CHARS = 1024
 MAX_GLOB_STARS = 32
+MAX_GLOBS = 256
+"""Most patterns an agent's ``include`` or ``exclude`` may hold: each costs the walk's set-up
+and every path it matches (found by testing from outside: 200,000 of them kept a walk busy
+for a minute before its time bound was first read, and gave grep's rg an argument list the
+kernel refused)."""
 
 
 def glob_too_costly(pattern: str) -> str | None:

@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 
-from codespace.contract import PathRules, ToolError
+from codespace.contract import PathRules, ToolError, glob_too_costly
 
 from .grep_models import GrepArgs
 
@@ -72,6 +72,11 @@ def _check_globs(globs: list[str], field: str) -> None:
                 f"To proceed: put patterns to leave out in exclude, patterns to keep in include.",
                 code="invalid_argument", details={"argument": field, "glob": glob},
             )
+        why = glob_too_costly(glob)  # as walk refuses it; and rg's argument list stays within the kernel's
+        if why is not None:
+            raise ToolError(f"{field} holds a glob that is refused because {why}. To proceed: use shorter "
+                            "globs (split one into several).", code="invalid_argument",
+                            details={"argument": field, "glob": glob[:200]})
 
 
 def build_argv(args: GrepArgs, hidden: list[str], *, single_file: bool) -> list[str]:

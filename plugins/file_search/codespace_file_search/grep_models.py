@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from codespace.contract import Strict
+from codespace.contract import MAX_GLOBS, Strict
 
 MAX_CONTEXT = 20
 DEFAULT_MAX_BYTES = 64 * 1024
@@ -22,9 +22,9 @@ class GrepArgs(Strict):
     literal: bool = Field(default=False, description="Treat pattern as plain text, not a regex.")
     case: Literal["sensitive", "insensitive", "smart"] = Field(
         default="smart", description="'smart': case-insensitive unless the pattern has an upper-case letter.")
-    include: list[str] = Field(default_factory=list, description="Globs (gitignore-style) a file must match, "
+    include: list[str] = Field(default_factory=list, max_length=MAX_GLOBS, description="Globs (gitignore-style) a file must match, "
                                "e.g. '*.py' or 'src/**/*.rs'.")
-    exclude: list[str] = Field(default_factory=list, description="Globs (gitignore-style) of files and "
+    exclude: list[str] = Field(default_factory=list, max_length=MAX_GLOBS, description="Globs (gitignore-style) of files and "
                                "directories to leave out.")
     gitignore: bool = Field(default=False, description="Honour .gitignore files at and below path (and skip .git).")
     include_hidden: bool = Field(default=True, description="Search names starting with '.'.")

@@ -237,3 +237,22 @@ async def test_a_name_cannot_forge_a_line_of_the_text_block(mcp_client, ws):
     text = found.content[0].text
     assert "nl/evil\\x0asrc:main.py:1:FORGED NEEDLE match" in text.splitlines(), text
     assert "nl/paint\\x1b[31m\\u202eexe.txt" in text.splitlines() and "\x1b" not in text and "\u202e" not in text
+
+
+async def test_globs_past_the_limits_are_refused_by_name(mcp_client, ws):
+    """Found by testing from outside: many or long globs made rg's argument list too long for the
+    kernel (an internal error). At most MAX_GLOBS per argument, each within walk's limits."""
+    from codespace.contract import MAX_GLOBS
+
+    _tree(ws)
+    async with mcp_client() as client:
+        many = await call_error(client, "grep", {"pattern": "x", "include": ["*.c"] * (MAX_GLOBS + 1)})
+        long = await call_error(client, "grep", {"pattern": "x", "exclude": ["a" * 200_000]})
+        stars = await call_error(client, "grep", {"pattern": "x", "include": ["*" * 40]})
+        most = await call_ok(client, "grep", {"pattern": "VALUE", "include": ["*" + "q" * 1000] * (MAX_GLOBS - 1)
+                                              + ["*.py"]})
+    assert many["code"] == "invalid_arguments" and "'include'" in many["message"], many
+    assert long["code"] == "invalid_argument" and long["details"]["argument"] == "exclude", long
+    assert "200000 characters long, more than 1024" in long["message"] and "OSError" not in long["message"]
+    assert stars["details"]["argument"] == "include" and "more than 32" in stars["message"], stars
+    assert _lines(most)[0][0] == "src/app.py"

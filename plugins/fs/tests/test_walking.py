@@ -359,6 +359,22 @@ async def test_cancelled_walk_stops_its_thread(backend_factory, ws):
     assert threading.active_count() < 50
 
 
+async def test_more_globs_than_the_limit_are_refused_by_name(make_app, ws, mode):
+    """Found by testing from outside: 200,000 include globs kept a walk busy for a minute (the
+    time bound is read once it walks). At most MAX_GLOBS per argument; that many still walk."""
+    from codespace.contract import MAX_GLOBS
+
+    (ws / "src").mkdir()
+    (ws / "src" / "a.c7").write_text("")
+    async with connect(make_app(), mode=mode) as client:
+        error = await call_error(client, "walk", {"path": "src", "include": ["*.c"] * (MAX_GLOBS + 1)})
+        other = await call_error(client, "walk", {"path": "src", "exclude": ["*.c"] * (MAX_GLOBS + 1)})
+        walked = await call_ok(client, "walk", {"path": "src", "include": [f"*.c{i}" for i in range(MAX_GLOBS)]})
+    assert error["code"] == "invalid_arguments" and "'include'" in error["message"], error
+    assert f"at most {MAX_GLOBS} items" in error["message"] and "'exclude'" in other["message"], other
+    assert [e["path"] for e in walked["entries"]] == ["a.c7"]
+
+
 async def test_invalid_glob_is_a_clear_error(make_app, ws, mode):
     async with connect(make_app(), mode=mode) as client:
         error = await call_error(client, "walk", {"include": ["a\\"]})
