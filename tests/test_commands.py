@@ -149,6 +149,42 @@ async def test_head_tail_buffer_counts_the_middle(make_app, mode):
     assert out["omitted_bytes"] == total - 4096
 
 
+async def test_a_character_cut_by_the_dropped_middle_does_not_hold_the_cursor(make_app, mode):
+    """Found by testing from outside: when the head's end cut a 3-byte character, read_output
+    from there returned nothing forever (a client following next_seq looped), and the tail's
+    first bytes read as U+FFFD. The cut bytes are counted with the omitted middle."""
+    policy = "[limits]\noutput_cap_bytes = 4096\n"  # a head of 2048 bytes: 682 characters and 2 bytes
+    script = "python3 -c \"import sys; sys.stdout.write('€' * 5000); sys.stdout.flush()\"; echo; echo TAILEND"
+    async with connect(make_app(policy), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": script, "max_bytes": 1000, "timeout_ms": 30000,
+                                              "yield_ms": 10000})
+        text, cursor, steps = out["output"], out["next_seq"], 0
+        while out["session_id"] is not None or out["running"]:
+            out = await call_ok(client, "read_output", {"session_id": out["session_id"], "after_seq": cursor,
+                                                        "max_bytes": 1000})
+            assert out["next_seq"] > cursor or not out["running"], out  # never stuck
+            text, cursor, steps = text + out["output"], out["next_seq"], steps + 1
+            assert steps < 50, text[-300:]
+    total = 5000 * 3 + len("\nTAILEND\n")
+    assert cursor == total and "\ufffd" not in text, text[-200:]
+    head, _, rest = text.partition("... ")
+    omitted, _, tail = rest.partition(" bytes omitted ...\n")
+    assert head == "€" * 682 and tail.endswith("€\nTAILEND\n") and set(tail[:-len("\nTAILEND\n")]) == {"€"}
+    assert len(head.encode()) + int(omitted) + len(tail.encode()) == total
+
+
+async def test_a_cursor_past_the_end_is_refused_by_name(make_app, mode):
+    """Found by testing from outside: after_seq=1000 over 6 bytes moved the session's cursor
+    there, and what the command wrote next was never shown."""
+    async with connect(make_app(), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": "echo first; sleep 0.5; echo second", "yield_ms": 200})
+        error = await call_error(client, "read_output", {"session_id": out["session_id"], "after_seq": 1000})
+        rest = await call_ok(client, "read_output", {"session_id": out["session_id"], "wait_ms": 3000})
+    assert error["code"] == "invalid_argument" and error["details"]["argument"] == "after_seq", error
+    assert "next_seq 6" in error["message"], error
+    assert out["output"] + rest["output"] == "first\nsecond\n"
+
+
 async def test_100mb_stream_lossless_exact_and_memory_bounded(make_app, mode):
     size = 100 * 1024 * 1024
     producer = (

@@ -99,3 +99,43 @@ async def test_a_grandchild_holding_the_pipe_open_ends_with_the_grace_period(mon
     assert time.monotonic() - exited < GRACE_S + 1.0
     assert session.take(CAPACITY).text == "hi\n"
     session.kill(9)
+
+
+def test_every_cursor_and_window_over_a_cut_head_moves_on_and_accounts_for_every_byte():
+    """Found by testing from outside: a character cut at the head's end held the cursor there.
+    From every cursor a reader could hold, with every window size, reading on reaches the end,
+    shows no U+FFFD for a cut character and accounts for each byte once."""
+    from codespace.processes.buffer import take_text
+
+    for text in ("€" * 10, "é😀€a" * 4, "a" * 7 + "😀" * 6):
+        data = text.encode()
+        for capacity in range(8, 20):
+            buffer = OutputBuffer(capacity)
+            buffer.append(data)
+            buffer.close()
+            boundaries = {i for i in range(len(data) + 1) if i == len(data) or data[i] & 0xC0 != 0x80}
+            for width in range(1, 12):
+                cursor, shown, dropped, reads = 0, "", 0, 0
+                while cursor < len(data):
+                    part, start, end, lost = take_text(buffer, cursor, width)
+                    assert end > cursor, (text, capacity, width, cursor)
+                    shown, dropped, cursor, reads = shown + part, dropped + lost, end, reads + 1
+                    assert end in boundaries or end == len(buffer._head), (end, capacity)
+                kept = shown.replace("\ufffd", "?")
+                assert "?" not in kept, (text, capacity, width, shown)
+                body = "".join(p.split(" bytes omitted ...\n")[-1] for p in kept.split("... "))
+                assert len(body.encode()) + dropped == len(data), (text, capacity, width, shown, dropped)
+
+
+def test_a_tail_still_being_written_after_the_gap_moves_the_cursor_past_the_gap():
+    """The middle was dropped and the tail so far ends inside a character: the read tells of
+    the gap and moves past it, and the character comes whole with the next read."""
+    from codespace.processes.buffer import take_text
+
+    buffer = OutputBuffer(8)  # a head of 4 bytes and a tail of 4
+    buffer.append(("€" * 5 + "x").encode())  # 16 bytes: the head keeps 4, the tail bytes 12-15
+    buffer.append("€".encode()[:2])  # the tail is now bytes 14-17: '€'[2], 'x', '€'[:2]
+    text, start, end, dropped = take_text(buffer, 0, 100)
+    assert (text, end, dropped) == ("€... 12 bytes omitted ...\nx", 16, 12), (text, end, dropped)
+    buffer.append("€".encode()[2:])
+    assert take_text(buffer, end, 100)[0] == "€"

@@ -104,6 +104,11 @@ class OutputBuffer:
         """Bytes dropped from the middle of the stream so far."""
         return self._tail_start - len(self._head)
 
+    def gap_at(self, offset: int) -> bool:
+        """Whether bytes were dropped right after ``offset`` (the head's end): a character cut
+        there will never be completed."""
+        return offset == len(self._head) and self.omitted > 0
+
     def append(self, data: bytes) -> None:
         if not data:
             return
@@ -177,26 +182,57 @@ def take_text(buffer: OutputBuffer, cursor: int, max_bytes: int) -> tuple[str, i
     parts: list[str] = []
     start: int | None = None
     dropped = 0
+    cut = 0  # bytes of a character cut by the dropped middle, counted with it
     position = cursor
     while max_bytes > 0:
         window = buffer.read(position, max_bytes)
         if not window.data:
             break
-        keep = complete_utf8_prefix(window.data)
-        if keep == 0:  # one character wider than max_bytes, or the cursor could never move
-            window = buffer.read(position, max_bytes + 3)
-            keep = complete_utf8_prefix(window.data)
-        if buffer.eof and window.end == buffer.total:
-            keep = len(window.data)  # nothing more will come to complete a character
-        if keep == 0:
-            break
+        data, begin = window.data, window.start
         if window.dropped:
-            parts.append(f"... {window.dropped} bytes omitted ...\n")
-            dropped += window.dropped
-        parts.append(codecs.decode(window.data[:keep], "utf-8", "replace"))
+            # The tail can begin inside a character whose first bytes went with the middle.
+            lead = _continuation_bytes(buffer.read(window.start, 3).data)
+            data, begin = data[lead:], begin + lead
+            cut += lead
+        keep = complete_utf8_prefix(data)
+        if keep == 0 and data:  # one character wider than max_bytes, or the cursor could never move
+            window = buffer.read(position, max_bytes + 3)
+            data = window.data[begin - window.start:]
+            keep = complete_utf8_prefix(data)
+        ends = begin + len(data)
+        if buffer.eof and ends == buffer.total:
+            keep = len(data)  # nothing more will come to complete a character
+        elif keep < len(data) and buffer.gap_at(ends):
+            # Found by testing from outside: a character cut at the head's end held the cursor
+            # there for good (a client following next_seq looped). Its bytes join the omitted ones.
+            cut += len(data) - keep
+            if keep:
+                parts.append(codecs.decode(data[:keep], "utf-8", "replace"))
+            start = window.start if start is None else start
+            max_bytes -= len(data)
+            position = ends
+            continue
+        if keep == 0 and not window.dropped:
+            break  # a character still being written: the next read takes it whole
+        if window.dropped or cut:
+            parts.append(f"... {window.dropped + cut} bytes omitted ...\n")
+            dropped += window.dropped + cut
+            cut = 0
+        parts.append(codecs.decode(data[:keep], "utf-8", "replace"))
         start = window.start if start is None else start
-        position = window.start + keep
-        max_bytes -= keep
-        if keep < len(window.data):
+        position = begin + keep
+        max_bytes -= keep + (begin - window.start)
+        if keep < len(data):
             break
+    if cut:  # the window ended at the gap: the cut character is told of now, the gap by the next read
+        parts.append(f"... {cut} bytes omitted ...\n")
+        dropped += cut
     return "".join(parts), cursor if start is None else start, position, dropped
+
+
+def _continuation_bytes(data: bytes) -> int:
+    """How many of ``data``'s first bytes (at most 3) continue a character begun before it."""
+    n = 0
+    while n < min(3, len(data)) and data[n] & 0xC0 == 0x80:
+        n += 1
+    return n

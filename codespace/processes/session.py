@@ -302,6 +302,10 @@ class Session:
     def unread_bytes(self) -> int:
         return (self.out.total - self.delivered) + ((self.err.total - self.delivered_err) if self.err else 0)
 
+    def output_end(self) -> int:
+        """The offset after the last byte of stdout (or of the merged output) written so far."""
+        return self.out.total
+
     def caught_up(self, after: int | None = None) -> bool:
         """Is the cursor (or ``after``) at the end of stdout, or of the merged output?"""
         return (self.delivered if after is None else after) >= self.out.total

@@ -167,6 +167,13 @@ class LocalSessions:
     async def read_output(self, params: dict) -> dict:
         args = ReadOutputArgs.model_validate(params)
         session = self.registry.get(args.session_id)
+        end = session.output_end()
+        if args.after_seq is not None and args.after_seq > end:
+            # Found by testing from outside: the cursor moved there, and the output written up to it
+            # was never shown.
+            raise ToolError(f"after_seq {args.after_seq} is past the end of the output read so far (next_seq "
+                            f"{end}). To proceed: pass a next_seq an earlier call returned, or omit after_seq.",
+                            code="invalid_argument", details={"argument": "after_seq", "next_seq": end})
         if args.wait_ms and session.caught_up(args.after_seq):
             await session.wait_for(deadline=time.monotonic() + args.wait_ms / 1000, quiet_s=0,
                                    baseline=session.output_total())
