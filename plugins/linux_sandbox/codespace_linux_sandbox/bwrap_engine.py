@@ -129,10 +129,11 @@ def _start_broker(hs: dict) -> None:
     from . import broker_filter
 
     policy = hs["policy"]
-    roots = [w for w in policy["writable"] if w != "/"] + bwrap_argv.private_tmp_dirs(policy, hs["command"]["env"])
+    roots = [w for w in policy["writable"] if w != "/"]
     try:
         broker_filter.install_before_spawn({
             "listed": policy.get("allow_unix_sockets") or {}, "roots": roots,
+            "private": bwrap_argv.private_tmp_dirs(policy, hs["command"]["env"]),
             "excluded": [*policy["protected"], *policy["deny_read"]], "listen": False}, _serve_broker)
     except OSError as exc:
         raise supervise.SandboxSetupError(f"cannot broker Unix socket calls: {exc}") from None

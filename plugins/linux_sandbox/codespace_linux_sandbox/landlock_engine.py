@@ -170,8 +170,8 @@ def _fork_and_supervise(hs: dict, ruleset: int, program: bytes | None, env: dict
         os.close(theirs)
         policy = hs["policy"]
         unix_broker.start(ours, {
-            "listed": policy.get("allow_unix_sockets") or {}, "roots": [w for w in policy["writable"] if w != "/"]
-            + [env["TMPDIR"]], "excluded": [*policy["protected"], *policy["deny_read"]], "listen": True})
+            "listed": policy.get("allow_unix_sockets") or {}, "roots": [w for w in policy["writable"] if w != "/"],
+            "private": [env["TMPDIR"]], "excluded": [*policy["protected"], *policy["deny_read"]], "listen": True})
     for signum in FORWARDED:
         signal.signal(signum, on_signal)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, set(FORWARDED))

@@ -100,7 +100,7 @@ def channel() -> tuple[int, int]:
 
 def serve(listener: int, rules: dict) -> None:
     """Answer notifications until every process under the filter is gone. ``rules``: ``listed``
-    (address -> resolved host path), ``roots`` and ``excluded`` (see :mod:`.unix_inside`),
+    (address -> resolved host path), ``roots``, ``private`` and ``excluded`` (see :mod:`.unix_inside`),
     ``listen`` (whether listen is brokered)."""
     names = {number: name for name, number in NR[os.uname().machine].items()}
     try:

@@ -55,12 +55,25 @@ def open_no_links(dirfd: int, path: str, resolve: int) -> int:
     return fd
 
 
-def within(path: str, rules: dict) -> bool:
-    """``path`` (absolute, normalised) is inside a socket root and not under an excluded path."""
-    def under(base: str) -> bool:
-        return path == base or path.startswith(base.rstrip("/") + "/")
+def _under(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip("/") + "/")
 
-    return any(under(root) for root in rules.get("roots", ())) and not any(under(e) for e in rules.get("excluded", ()))
+
+def within(path: str, rules: dict) -> bool:
+    """``path`` (absolute, normalised) is inside a writable root or a private directory and not
+    under an excluded path."""
+    return any(_under(path, root) for root in (*rules.get("roots", ()), *rules.get("private", ()))) \
+        and not any(_under(path, e) for e in rules.get("excluded", ()))
+
+
+def private_only(path: str, rules: dict) -> str | None:
+    """The private directory (a private ``/tmp``, ``TMPDIR``) holding ``path`` when no writable root
+    does: a socket there must be on that directory's own file system. Found by testing from
+    outside: a host directory the policy makes readable, bound back read-only under the private
+    ``/tmp``, let a command connect to a host socket in it."""
+    if any(_under(path, root) for root in rules.get("roots", ())):
+        return None
+    return next((p for p in rules.get("private", ()) if _under(path, p)), None)
 
 
 def absolute(pid: int, path: str) -> str | None:
@@ -98,8 +111,12 @@ def connect(call, fd: int, path: str, rules: dict) -> int:
             with _Acting(ids):
                 pinned = open_no_links(root, target.lstrip("/") or ".", RESOLVE_IN_ROOT)
                 try:
-                    if not stat.S_ISSOCK(os.fstat(pinned).st_mode):
+                    found = os.fstat(pinned)
+                    if not stat.S_ISSOCK(found.st_mode):
                         return errno.ECONNREFUSED  # what connect() says for a file that is no socket
+                    private = private_only(target, rules)
+                    if private is not None and not _same_device(root, private, found.st_dev):
+                        return errno.EPERM  # a host mount under the private directory
                     sock.connect(f"/proc/self/fd/{pinned}")
                 finally:
                     os.close(pinned)
@@ -110,6 +127,18 @@ def connect(call, fd: int, path: str, rules: dict) -> int:
     finally:
         os.close(root)
     return 0
+
+
+def _same_device(root: int, directory: str, device: int) -> bool:
+    """Whether ``directory`` (in the command's view, from ``root``) is on file system ``device``."""
+    try:
+        fd = open_no_links(root, directory.lstrip("/") or ".", RESOLVE_IN_ROOT)
+    except OSError:
+        return False
+    try:
+        return os.fstat(fd).st_dev == device
+    finally:
+        os.close(fd)
 
 
 def _ids_of(pid: int) -> tuple[int, int, list[int]] | None:

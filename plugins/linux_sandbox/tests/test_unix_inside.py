@@ -103,3 +103,40 @@ def test_a_workspace_socket_the_command_may_not_write_stays_closed(base, engine,
         assert code == 0 and out.split() == ["connected", "1000"], (out, err)
     finally:
         server.close()
+
+
+def test_a_host_socket_bound_back_under_the_private_tmp_stays_closed(base, engine, start):
+    """Found by testing from outside: a host directory under /tmp that the policy makes readable
+    is bound back read-only under the command's private /tmp, and a host socket in it connected
+    (the broker took every path under /tmp for the sandbox's own). A socket there must be on the
+    private directory's own file system; one the command makes in its /tmp still connects."""
+    import tempfile
+    from pathlib import Path
+
+    host = Path(tempfile.mkdtemp(prefix="codespace-host-sockets-", dir="/tmp"))
+    host.chmod(0o755)
+    path = host / "ro.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    os.chmod(path, 0o666)
+    try:
+        env = make_env(base, engine, policy=f'[filesystem]\npaths = {{ "{host}" = "read" }}\n', start=start)
+        script = (
+            "import os, socket, sys, tempfile\n"
+            "def attempt(p):\n"
+            "    try:\n"
+            "        socket.socket(socket.AF_UNIX).connect(p); return 'connected'\n"
+            "    except OSError as e:\n"
+            "        return str(e.errno)\n"
+            f"print(os.path.exists({str(path)!r}), attempt({str(path)!r}))\n"
+            "d = tempfile.mkdtemp(); own = socket.socket(socket.AF_UNIX); own.bind(d + '/own.sock')\n"
+            "own.listen(1); print(attempt(d + '/own.sock'))\n"
+        )
+        code, out, err = env.run([interpreter(), "-I", "-S", "-c", script], timeout=60)
+        assert code == 0, err
+        # EPERM (under Landlock /tmp is the host's, outside the roots); the command's own: connected
+        assert out.split() == ["True", "1", "connected"], (out, err)
+    finally:
+        server.close()
+        shutil.rmtree(host, ignore_errors=True)
