@@ -382,6 +382,23 @@ async def test_a_command_line_too_long_for_linux_is_refused_naming_the_part(make
         assert len(fine["output"].strip()) == 100_000
 
 
+async def test_workspace_info_says_who_unsandboxed_commands_run_as(make_app, mode):
+    """Found by testing from outside: with sandbox.mode = 'off' a root server ran commands as root
+    while the sandbox's detail said only what the engine would do ("never host root")."""
+    async with connect(make_app('[sandbox]\nmode = "off"\n'), mode=mode) as client:
+        await call_ok(client, "exec", {"command": ["true"]})  # a worker, if one is set, serves from here on
+        detail = (await call_ok(client, "workspace_info"))["sandbox"]["detail"]
+        remote = (await call_ok(client, "workspace_info"))["runtime"].get("commands") == "worker"
+        who = (await call_ok(client, "exec", {"command": ["id", "-u"]}))["output"].strip()
+    assert detail.startswith("sandbox.mode = 'off': commands run unsandboxed, as "), detail
+    if remote:
+        assert "as the worker's user" in detail, detail
+    elif who == "0":
+        assert "as root, with every power of host root" in detail, detail
+    else:
+        assert f"as the server's own uid {who}" in detail, detail
+
+
 @pytest.mark.parametrize("tracking", ["cgroup", "subreaper"])
 async def test_what_a_command_leaves_behind_ends_with_it(make_app, mode, monkeypatch, tracking):
     """Found by testing: as root without a sandbox (cgroup tracking) a background process outlived

@@ -147,3 +147,25 @@ def test_a_cancelled_request_frees_its_id_and_the_reserved_id_is_refused(tmp_pat
     refused = [a for a in answers if a.get("id") == "codespace-front:initialize-replay"]
     assert len(refused) == 1 and refused[0]["error"]["code"] == -32600, answers
     assert "uses for a request of its own" in refused[0]["error"]["message"]
+
+
+def test_json_that_python_takes_and_json_does_not_and_an_id_without_a_method(tmp_path):
+    """Found by testing from outside: NaN and Infinity were taken as numbers, a valid id of 5,000
+    digits was said not to be JSON, and {"jsonrpc": "2.0", "id": 5} went unanswered. Each gets an
+    error that says what was wrong, and the next line is served."""
+    done = serve_lines(tmp_path, "constants", [
+        INIT, INITIALIZED,
+        b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tally","arguments":{"name":NaN}}}',
+        b'{"jsonrpc":"2.0","id":3,"method":"ping","params":{"x":-Infinity}}',
+        b'{"jsonrpc":"2.0","id":' + b"7" * 5000 + b',"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":9996}',
+        {"jsonrpc": "2.0", "id": 4, "method": "ping"},
+    ])
+    got = replies(done)
+    errors = [json.loads(raw)["error"] for raw in got[None]]
+    assert [e["code"] for e in errors] == [-32700, -32700, -32700], errors
+    assert "NaN is not JSON" in errors[0]["message"] and "-Infinity is not JSON" in errors[1]["message"], errors
+    assert "more digits than this server reads" in errors[2]["message"], errors
+    lone = json.loads(got[9996])["error"]
+    assert lone["code"] == -32600 and '"method"' in lone["message"] and '"result"' in lone["message"], lone
+    assert json.loads(got[4])["result"] == {}

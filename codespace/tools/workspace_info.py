@@ -1,5 +1,6 @@
 """workspace_info: roots, effective policy, plugins, sandbox engine, limits."""
 
+import os
 from typing import Any
 
 from pydantic import Field
@@ -58,6 +59,17 @@ def _sandbox_section(call: ToolCall) -> dict[str, Any]:
         section.update(engine=None, available=False, detail="no sandbox plugin is installed (codespace-linux-sandbox)")
     else:
         section.update(backend.info().model_dump())
+    if policy.mode == "off":
+        # Found by testing from outside: the engine's sentence ("never host root") was all it said,
+        # while a root server ran every command as root.
+        if call.backends.commands_remote():
+            who = "the worker's user"
+        elif os.geteuid() == 0:
+            who = "root, with every power of host root"
+        else:
+            who = f"the server's own uid {os.geteuid()}"
+        section["detail"] = (f"sandbox.mode = 'off': commands run unsandboxed, as {who}. The engine, which no "
+                             f"command uses: {section.get('detail', '')}")
     section["process_tracking"] = _process_tracking(call)
     return section
 

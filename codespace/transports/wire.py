@@ -164,6 +164,18 @@ def cancelled_id(message: dict[str, Any]) -> str | int | None:
     return request_id if valid_id(request_id) else None
 
 
+class NotJson(ValueError):
+    """A token Python's parser takes and JSON does not."""
+
+
+def _no_constant(name: str) -> float:
+    # Found by testing from outside: NaN and Infinity were taken as numbers (Python's extension).
+    raise NotJson(f"{name} is not JSON (numbers are finite); send a number or null")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def parse(line: bytes) -> dict[str, Any]:
     """One JSON-RPC message, or :class:`BadMessage` carrying the error reply to send.
 
@@ -175,12 +187,17 @@ def parse(line: bytes) -> dict[str, Any]:
                                      f"{MAX_LINE_BYTES >> 20} MiB and was dropped unread; send smaller arguments (the "
                                      "policy's limits.max_argument_bytes bounds one call's arguments)"))
     try:
-        message = json.loads(line)
+        message = _DECODER.decode(line.decode("utf-8", "surrogatepass"))  # as json.loads takes bytes
     except RecursionError:
         raise BadMessage(error_reply(None, INVALID_REQUEST, f"Invalid Request: the message nests deeper than "
                                      f"{MAX_DEPTH} levels; flatten the arguments")) from None
-    except ValueError:
-        raise BadMessage(error_reply(None, PARSE_ERROR, "Parse error: the line is not valid JSON")) from None
+    except NotJson as exc:
+        raise BadMessage(error_reply(None, PARSE_ERROR, f"Parse error: {exc}")) from None
+    except ValueError as exc:
+        # Found by testing from outside: a valid integer of 5,000 digits was said not to be JSON.
+        why = ("a number in it has more digits than this server reads (4,300); send ids and numbers of "
+               "ordinary size" if "integer string conversion" in str(exc) else "the line is not valid JSON")
+        raise BadMessage(error_reply(None, PARSE_ERROR, f"Parse error: {why}")) from None
     if line.count(b"[") + line.count(b"{") > MAX_DEPTH and _depth_exceeds(message, MAX_DEPTH):
         request_id = message.get("id") if isinstance(message, dict) and valid_id(message.get("id")) else None
         raise BadMessage(error_reply(request_id, INVALID_REQUEST, f"Invalid Request: the message nests deeper "
@@ -202,6 +219,11 @@ def parse(line: bytes) -> dict[str, Any]:
                                          "(a \\ud800-\\udfff escape without its pair), which no UTF-8 reply can carry; "
                                          "use an integer id or one of Unicode text"))
         raise BadMessage(b"")
+    if "method" not in message and "result" not in message and "error" not in message:
+        # Found by testing from outside: {"jsonrpc": "2.0", "id": 5} went unanswered.
+        raise BadMessage(error_reply(message["id"] if valid_id(message.get("id")) else None, INVALID_REQUEST,
+                                     "Invalid Request: a message needs a \"method\" (a request or a notification) "
+                                     "or a \"result\" or \"error\" (a response)"))
     method = message.get("method")
     if "method" in message and not isinstance(method, str):
         request_id = message.get("id") if valid_id(message.get("id")) else None

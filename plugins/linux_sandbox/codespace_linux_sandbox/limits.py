@@ -35,8 +35,10 @@ LANDLOCK_SPLIT_BY_DENY_READ = (
     "work in a subdirectory or use write_file")
 
 LANDLOCK = [
-    ("no mount or PID namespace: deny-read paths inside readable roots hide their contents, but their names stay "
-    "listable in the parent directory"),
+    # Found by testing from outside: "hide their contents" read as more than Landlock does for a directory.
+    ("no mount or PID namespace: files at deny-read paths inside readable roots (the server's state directory "
+     "among them) cannot be opened, but names stay listable: theirs in the parent directory, and inside a "
+     "hidden directory the names, sizes and times of everything in it (ls works there, cat does not)"),
     LANDLOCK_SPLIT,
     PROTECTED_BELOW,
     "/tmp is read-only: the command gets a private TMPDIR, removed after the run",

@@ -145,8 +145,10 @@ def summary(run_as: RunAs | None, root: Path | None) -> tuple[bool, str]:
         return True, f"commands run as the server's own uid {os.geteuid()} (not root)"
     problems = cannot_enforce(run_as, root, "")
     if run_as.idmap:
-        text = (f"the server is root: commands run as uid {run_as.uid}, gid {run_as.gid}, never host root, and see "
-                "root's files (the workspace) as their own through idmapped mounts")
+        # Found by testing from outside: "root's files (the workspace)" read as the workspace alone.
+        text = (f"the server is root: commands run as uid {run_as.uid}, gid {run_as.gid}, never host root, and "
+                "through idmapped mounts use root's files as their owner: whatever the policy lets them read or "
+                "write, root's 0600 files outside the hidden paths among them, as the file tools can")
         return not problems, "; ".join([text, *problems])
     return True, (f"the server is root: commands run as the workspace owner, uid {run_as.uid}, gid {run_as.gid}, "
                   "never host root")
