@@ -17,7 +17,7 @@ import pathspec
 
 from codespace.contract import FsError, glob_too_costly, guard_globs
 
-from .reading import open_regular_at, read_all
+from .reading import kind_of, open_regular_at, read_all
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,11 @@ def load_at(dirfd: int, name: str, shown: str, budget: PatternBudget | None = No
     said in ``budget.skipped``)."""
     try:
         fd, st = open_regular_at(dirfd, name, shown, "read")
-    except FsError:
+    except FsError as exc:
+        why = _unread(dirfd, name, exc)
+        if budget is not None and why is not None:
+            # Found by testing from outside: a FIFO or a link there was left out without a word.
+            budget.skip(shown, why)
         return None
     if budget is not None and budget.refuse_hardlinks and st.st_nlink > 1:
         os.close(fd)  # its patterns would tell what another name of it, maybe hidden, holds
@@ -106,6 +110,20 @@ def load_at(dirfd: int, name: str, shown: str, budget: PatternBudget | None = No
             return None
         budget.left -= patterns
     return guard_globs(pathspec.GitIgnoreSpec.from_lines(lines)) if lines else None
+
+
+def _unread(dirfd: int, name: str, exc: FsError) -> str | None:
+    """Why an ignore file that is there was not read; None when there is none."""
+    try:
+        mode = os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode
+    except OSError:
+        return None
+    kind = kind_of(mode)
+    if kind == "symlink":
+        return "it is a symbolic link, and ignore files are read without following links"
+    if kind != "file":
+        return f"it is a {kind}, not a regular file"
+    return f"it could not be opened ({exc.message})"
 
 
 def ignored(scopes: tuple[Scope, ...], rel: str, is_dir: bool) -> bool:

@@ -391,3 +391,24 @@ async def test_entries_below_an_undecodable_directory_name_are_shown_escaped(mak
         result = await call_ok(client, "walk", {"path": "."})
     assert "bad\\xffname" in paths(result) and "bad\\xffname/inner.txt" in paths(result), paths(result)
     assert not [p for p in paths(result) if "\udcff" in p]
+
+
+async def test_an_ignore_file_that_is_no_regular_file_is_named_in_the_errors(make_app, ws, mode):
+    """Found by testing from outside: with gitignore=true a FIFO or a symbolic link as .gitignore
+    (or .ignore) was left out without a word; a missing one says nothing, as before."""
+    for name, make in (("fifo", lambda p: os.mkfifo(p)), ("link", lambda p: p.symlink_to("../real-ignore")),
+                       ("dir", lambda p: p.mkdir())):
+        (ws / name).mkdir()
+        make(ws / name / ".gitignore")
+        (ws / name / "kept.txt").write_text("")
+    (ws / "real-ignore").write_text("kept.txt\n")
+    (ws / "plain").mkdir()
+    (ws / "plain" / "kept.txt").write_text("")
+    async with connect(make_app(), mode=mode) as client:
+        walked = await call_ok(client, "walk", {"gitignore": True})
+    why = {e["path"]: e["message"] for e in walked["errors"]}
+    assert "it is a fifo, not a regular file" in why["fifo/.gitignore"], why
+    assert "it is a symbolic link" in why["link/.gitignore"] and "it is a directory" in why["dir/.gitignore"], why
+    assert not [p for p in why if p.startswith("plain")], why
+    listed = {e["path"] for e in walked["entries"]}
+    assert {"fifo/kept.txt", "link/kept.txt", "plain/kept.txt"} <= listed, listed
