@@ -74,7 +74,8 @@ def _render_list(result: ListDirResult) -> str:
             lines.append(f"link     {name} -> {one_line(entry.get('target') or '?')}")
         elif kind == "file":
             size = entry.get("size")
-            lines.append(f"file {'withheld' if size is None and entry.get('withheld') else size or 0:>12}  {name}")
+            shown = "withheld" if size is None and entry.get("withheld") else size or 0
+            lines.append(f"file {shown:>12}  {name}")
         else:
             lines.append(f"{kind:<8} {name}")
     lines += [f"error    {one_line(e.path)}: {e.message}" for e in result.errors]
