@@ -96,6 +96,7 @@ async def test_a_name_cannot_forge_a_line_of_a_listing(make_app, ws, mode):
     (ws / "d" / forged).write_text("")
     (ws / "d" / "paint\x1b[31m\u202eexe.txt").write_text("")
     (ws / "d" / "link\r").symlink_to("target\u2028line")
+    (ws / "d" / "zero\u200bwidth\U000e0041\u200dkept").write_text("")  # the joiner stays: scripts need it
     async with connect(make_app(plugins=("fs",)), mode=mode) as client:
         listed = await client.call_tool("list_dir", {"path": "d"})
         walked = await client.call_tool("walk", {"path": "d"})
@@ -103,7 +104,9 @@ async def test_a_name_cannot_forge_a_line_of_a_listing(make_app, ws, mode):
         "file            0  fake\\x0afile       999  forged_entry.txt",
         "link     link\\x0d -> target\\u2028line",
         "file            0  paint\\x1b[31m\\u202eexe.txt",
+        "file            0  zero\\u200bwidth\\U000e0041\u200dkept",
     ]
     assert walked.content[0].text.splitlines()[1:] == [
-        "fake\\x0afile       999  forged_entry.txt", "link\\x0d @", "paint\\x1b[31m\\u202eexe.txt"]
+        "fake\\x0afile       999  forged_entry.txt", "link\\x0d @", "paint\\x1b[31m\\u202eexe.txt",
+        "zero\\u200bwidth\\U000e0041\u200dkept"]
     assert forged in [e["name"] for e in listed.structured_content["entries"]]

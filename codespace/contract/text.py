@@ -16,18 +16,22 @@ from __future__ import annotations
 import re
 
 # C0 controls, DEL, C1 controls; the line and paragraph separators; the marks and
-# embeddings that reorder or hide text (bidirectional controls, zero-width joiners and
-# the byte order mark are left out: they do not move text, and names in scripts that
-# need them are common).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# embeddings that reorder text (bidirectional controls); and what shows as nothing: the
+# soft hyphen, zero-width space, word joiner and invisible operators, the byte order mark,
+# the Mongolian vowel separator and the tag characters (which can carry hidden ASCII to a
+# model; found by testing from outside). The zero-width (non-)joiners stay: scripts and
+# emoji sequences need them in names.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b\u200e\u200f\u2028-\u202e"
+                     "\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f]")
 
 
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def one_line(name: str) -> str:
-    """``name`` with every character that could end a line, move the cursor or reorder the
-    text around it written as ``\\xNN`` or ``\\uNNNN``; other names are returned as they are."""
+    """``name`` with every character that could end a line, move the cursor, reorder the text
+    around it or show as nothing written as ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``; other names
+    are returned as they are."""
     return _UNSAFE.sub(_escape, name) if _UNSAFE.search(name) else name
