@@ -149,6 +149,12 @@ def _rg_failure(args: GrepArgs, lines: list[bytes]) -> ToolError:
     if "glob" in text:
         return ToolError(f"a glob in include or exclude is not valid: {text}\nTo proceed: fix the glob "
                          "(gitignore syntax).", code="invalid_argument", details={"argument": "include/exclude"})
+    if "error building NFA" in text and (args.include or args.exclude):
+        # Found by testing from outside: hundreds of long globs within the limits overflow rg's matcher.
+        return ToolError(f"the include and exclude globs together are more than ripgrep's glob matcher can "
+                         f"build ({len(args.include)} include, {len(args.exclude)} exclude; rg said: {text}). "
+                         "To proceed: pass fewer or shorter globs, or narrow path instead.",
+                         code="invalid_argument", details={"argument": "include/exclude"})
     return ToolError(f"grep failed: {text}", code="grep_failed")
 
 

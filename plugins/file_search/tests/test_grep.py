@@ -256,3 +256,8 @@ async def test_globs_past_the_limits_are_refused_by_name(mcp_client, ws):
     assert "200000 characters long, more than 1024" in long["message"] and "OSError" not in long["message"]
     assert stars["details"]["argument"] == "include" and "more than 32" in stars["message"], stars
     assert _lines(most)[0][0] == "src/app.py"
+    async with mcp_client() as client:  # within the limits, past what rg's matcher builds (found from outside)
+        built = await client.call_tool("grep", {"pattern": "x", "include": ["**/" + "?" * 1021] * MAX_GLOBS})
+    assert built.is_error, built.content[0].text[:300]
+    error = built.meta["codespace/error"]
+    assert error["code"] == "invalid_argument" and "fewer or shorter globs" in error["message"], error
