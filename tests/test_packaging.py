@@ -41,3 +41,18 @@ def test_every_package_is_in_the_wheel(project: Path) -> None:
     assert top in found, f"{project}: no package {top}"
     missing = found - _declared(config, found)
     assert not missing, f"{name}: {sorted(missing)} would be left out of the wheel (pyproject.toml [tool.setuptools])"
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name if p != REPO else "core")
+def test_a_package_that_states_its_version_states_its_distributions(project: Path) -> None:
+    """A bump of pyproject's version that missed ``__version__`` (which ``codespace plugins`` and the
+    plugin tests compare with the installed distribution's) fails here, not in one plugin's venv."""
+    import re
+
+    version = tomllib.loads((project / "pyproject.toml").read_text())["project"]["version"]
+    stated = {}
+    for init in project.glob("*/__init__.py"):
+        found = re.search(r'^__version__ = "([^"]+)"$', init.read_text(), re.MULTILINE)
+        if found:
+            stated[str(init.relative_to(project))] = found.group(1)
+    assert all(v == version for v in stated.values()), (version, stated)
