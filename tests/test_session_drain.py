@@ -139,3 +139,34 @@ def test_a_tail_still_being_written_after_the_gap_moves_the_cursor_past_the_gap(
     assert (text, end, dropped) == ("€... 12 bytes omitted ...\nx", 16, 12), (text, end, dropped)
     buffer.append("€".encode()[2:])
     assert take_text(buffer, end, 100)[0] == "€"
+
+
+async def test_an_answer_that_reports_the_exit_holds_the_output_written_before_it():
+    """An interactive wait that goes quiet after the command exited, while its last output is
+    still in the pipe (a busy loop has yet to run the pump): the answer says how the command
+    ended, so it must hold everything the command wrote, not a first line (found in CI: `top`
+    on a terminal answered with exit code 0 and one line of its output)."""
+    spec = CommandSpec(argv=[sys.executable, "-c", "import sys, time; print('first', flush=True); "
+                             "time.sleep(0.3); print('rest'); sys.exit(3)"], cwd=os.getcwd(), env=dict(os.environ))
+    process = PipeProcess.spawn(spec)
+    out = OutputBuffer(CAPACITY, lossless=False)
+    reads = 0
+
+    async def late_after_the_first() -> bytes:
+        nonlocal reads
+        reads += 1
+        if reads > 1:
+            await anyio.sleep(1.0)  # the pump runs again only after the quiet period has passed
+        return await process.read("stdout")
+
+    session = Session(id="s-quiet", process=process, argv=spec.argv, tty=False, interactive=True,
+                      operation_id=None, out=out, err=None,
+                      readers=[(out, late_after_the_first), (out, lambda: process.read("stderr"))])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(session.run)
+        with anyio.fail_after(30):
+            await session.wait_for(deadline=time.monotonic() + 10, quiet_s=0.5, baseline=0)
+            text, status = session.take(CAPACITY).text, session.status()
+            await session.finished.wait()
+    assert status["running"] is False and status["exit_code"] == 3
+    assert text == "first\nrest\n", f"the answer reporting exit code 3 held only {text!r}"

@@ -316,13 +316,20 @@ class Session:
 
     async def wait_for(self, *, deadline: float, quiet_s: float | None, baseline: int) -> None:
         """Return at the deadline, when the command has finished, or — with ``quiet_s`` —
-        once output arrived after ``baseline`` and then stayed quiet for ``quiet_s``."""
+        once output arrived after ``baseline`` and then stayed quiet for ``quiet_s``.
+
+        Once the command has exited, quiet no longer ends the wait: an answer that reports the
+        exit must hold what the command wrote before it, and the drain that reads the rest is
+        short (found in CI: on a loaded machine `top` on a terminal answered with exit code 0
+        and the first line of its output). A lossless buffer that is full is the exception:
+        its drain waits for the very client that waits for this answer."""
         while not self.finished.is_set():
             now = time.monotonic()
             if now >= deadline:
                 return
             wait = deadline - now
-            if quiet_s is not None and self.output_total() > baseline:
+            draining = self.exited.is_set() and all(buffer.has_room() for buffer, _ in self.readers)
+            if quiet_s is not None and not draining and self.output_total() > baseline:
                 quiet_left = self._last_output + quiet_s - now
                 if quiet_left <= 0:
                     return
