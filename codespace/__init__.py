@@ -1,6 +1,6 @@
 """CodeSpace: a governed workspace for coding agents, served over MCP."""
 
-__version__ = "0.2.6"
+__version__ = "0.2.7"
 
 __all__ = ["__version__", "hookimpl"]
 

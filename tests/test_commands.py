@@ -416,3 +416,33 @@ async def test_what_a_command_leaves_behind_ends_with_it(make_app, mode, monkeyp
         assert out["output"] == "hi\n" and not out["running"], out
         left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
         assert not [p for p in left if alive(int(p))], f"{tag} outlived its command"
+
+
+async def test_stderr_has_a_cursor_of_its_own(make_app, mode):
+    """Found by testing from outside: with separate_stderr, read_output's after_seq re-read
+    stdout but stderr moved on each call, so a re-read lost the stderr a failed call had carried.
+    stderr_seq/next_stderr_seq and after_stderr_seq make it re-readable like stdout."""
+    async with connect(make_app(), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": "echo o1; echo e1 >&2; sleep 0.6; echo o2; echo e2 >&2; sleep 30",
+                                             "separate_stderr": True, "yield_ms": 300})
+        assert (out["output"], out["stderr"], out["stderr_seq"], out["next_stderr_seq"]) == ("o1\n", "e1\n", 0, 3)
+        session = out["session_id"]
+        rest = {"output": "", "stderr": ""}
+        while (rest["output"], rest["stderr"]) != ("o2\n", "e2\n"):
+            more = await call_ok(client, "read_output", {"session_id": session, "wait_ms": 3000})
+            assert more["running"], more
+            rest = {"output": rest["output"] + more["output"], "stderr": rest["stderr"] + more["stderr"]}
+        again = await call_ok(client, "read_output", {"session_id": session, "after_seq": 0, "after_stderr_seq": 0})
+        assert (again["output"], again["stderr"], again["stderr_seq"], again["next_stderr_seq"]) == (
+            "o1\no2\n", "e1\ne2\n", 0, 6), again
+        tail = await call_ok(client, "read_output", {"session_id": session, "after_seq": 3, "after_stderr_seq": 3})
+        assert (tail["output"], tail["stderr"]) == ("o2\n", "e2\n"), tail
+        past = await call_error(client, "read_output", {"session_id": session, "after_stderr_seq": 7})
+        await call_ok(client, "terminate", {"session_id": session, "grace_ms": 500})
+        merged = await call_ok(client, "exec", {"command": "echo a; sleep 0.5", "yield_ms": 100})
+        needs_separate = await call_error(client, "read_output", {"session_id": merged["session_id"],
+                                                                   "after_stderr_seq": 0})
+    assert past["code"] == "invalid_argument" and past["details"]["argument"] == "after_stderr_seq", past
+    assert "next_stderr_seq 6" in past["message"], past
+    assert needs_separate["code"] == "invalid_argument" and "separate_stderr" in needs_separate["message"]
+    assert merged.get("stderr_seq") is None and merged.get("next_stderr_seq") is None

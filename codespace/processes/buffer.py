@@ -172,6 +172,7 @@ class Taken:
     end: int
     dropped: int
     stderr_text: str | None = None
+    stderr_start: int | None = None
     stderr_end: int | None = None
     stderr_dropped: int = 0
 

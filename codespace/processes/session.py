@@ -302,13 +302,16 @@ class Session:
     def unread_bytes(self) -> int:
         return (self.out.total - self.delivered) + ((self.err.total - self.delivered_err) if self.err else 0)
 
-    def output_end(self) -> int:
-        """The offset after the last byte of stdout (or of the merged output) written so far."""
-        return self.out.total
+    def output_end(self, stderr: bool = False) -> int:
+        """The offset after the last byte written so far of stdout (or of the merged output),
+        or of the separate stderr."""
+        return self.err.total if stderr and self.err is not None else self.out.total
 
-    def caught_up(self, after: int | None = None) -> bool:
-        """Is the cursor (or ``after``) at the end of stdout, or of the merged output?"""
-        return (self.delivered if after is None else after) >= self.out.total
+    def caught_up(self, after: int | None = None, after_err: int | None = None) -> bool:
+        """Is every cursor (or ``after``, ``after_err``) at the end of its stream?"""
+        if (self.delivered if after is None else after) < self.out.total:
+            return False
+        return self.err is None or (self.delivered_err if after_err is None else after_err) >= self.err.total
 
     def output_tail(self) -> str:
         """The last output kept, as text (for recognising an error message)."""
@@ -338,18 +341,21 @@ class Session:
             with anyio.move_on_after(wait):
                 await event.wait()
 
-    def take(self, max_bytes: int, after: int | None = None) -> Taken:
-        """Output from the session's cursor (or ``after``), advancing the cursor."""
+    def take(self, max_bytes: int, after: int | None = None, after_err: int | None = None) -> Taken:
+        """Output from the session's cursors (or from ``after`` on stdout and ``after_err`` on a
+        separate stderr), moving each cursor on, never back."""
         self.touch()
         text, start, end, dropped = take_text(self.out, self.delivered if after is None else after, max_bytes)
         self.delivered = max(self.delivered, end)
         self.out.mark_consumed(self.delivered)
         taken = Taken(text=text, start=start, end=end, dropped=dropped)
         if self.err is not None:
-            err_text, _, err_end, err_dropped = take_text(self.err, self.delivered_err, max_bytes)
-            self.delivered_err = err_end
-            self.err.mark_consumed(err_end)
-            taken.stderr_text, taken.stderr_end, taken.stderr_dropped = err_text, err_end, err_dropped
+            err_text, err_start, err_end, err_dropped = take_text(
+                self.err, self.delivered_err if after_err is None else after_err, max_bytes)
+            self.delivered_err = max(self.delivered_err, err_end)
+            self.err.mark_consumed(self.delivered_err)
+            taken.stderr_text, taken.stderr_start, taken.stderr_end, taken.stderr_dropped = (
+                err_text, err_start, err_end, err_dropped)
         return taken
 
     def status(self) -> dict[str, Any]:

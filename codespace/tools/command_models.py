@@ -87,7 +87,11 @@ class CommandOutput(Model):
     stderr: str | None = Field(default=None, description="stderr, when separate_stderr was set.")
     seq: int = Field(description="Stream offset where this output starts.")
     next_seq: int = Field(description="Offset after this output: pass as after_seq to read from here.")
-    omitted_bytes: int = Field(default=0, description="Bytes dropped before this output (buffer overflow).")
+    stderr_seq: int | None = Field(default=None, description="With separate_stderr: stderr's offset where this stderr starts.")
+    next_stderr_seq: int | None = Field(
+        default=None, description="With separate_stderr: the offset after this stderr; pass as after_stderr_seq to read from here.",
+    )
+    omitted_bytes: int = Field(default=0, description="Bytes dropped before this output and stderr (buffer overflow).")
     pid: int
     tty: bool
     sandboxed: bool
@@ -124,6 +128,10 @@ class WriteStdinArgs(OperationArgs):
 
 class ReadOutputArgs(SessionArgs):
     after_seq: int | None = Field(default=None, ge=0, description="Read from this offset (default: where the last call stopped).")
+    after_stderr_seq: int | None = Field(
+        default=None, ge=0,
+        description="Sessions with separate_stderr: read stderr from this offset (default: where the last call stopped).",
+    )
     max_bytes: int | None = Field(default=None, ge=1, description="Cap on output returned.")
     wait_ms: int = Field(default=0, ge=0, le=MAX_YIELD_MS, description="Wait up to this long for new output or exit.")
 

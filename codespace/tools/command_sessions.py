@@ -78,9 +78,9 @@ class LocalSessions:
         cap = self.workspace.limits.output_cap_bytes
         return min(requested or self.workspace.limits.max_read_bytes, cap)
 
-    def _result(self, session: Session, max_bytes: int, *, after: int | None = None,
+    def _result(self, session: Session, max_bytes: int, *, after: int | None = None, after_err: int | None = None,
                 env_dropped: list[str] | None = None, note: str | None = None) -> dict:
-        taken = session.take(max_bytes, after)
+        taken = session.take(max_bytes, after, after_err)
         status = session.status()
         keep = session.still_needed()
         if not keep:
@@ -95,7 +95,8 @@ class LocalSessions:
                 note = "; ".join(filter(None, [note, hint.detail]))
         return CommandOutput(
             session_id=session.id if keep else None, **status, output=taken.text, stderr=taken.stderr_text,
-            seq=taken.start, next_seq=taken.end, omitted_bytes=taken.dropped + taken.stderr_dropped,
+            seq=taken.start, next_seq=taken.end, stderr_seq=taken.stderr_start, next_stderr_seq=taken.stderr_end,
+            omitted_bytes=taken.dropped + taken.stderr_dropped,
             pid=session.pid, tty=session.tty, sandboxed=session.sandboxed, duration_ms=session.duration_ms(),
             env_dropped=env_dropped or [], input_pending_bytes=input_pending,
             sandbox_denied=hint.likely if hint else None,
@@ -167,17 +168,25 @@ class LocalSessions:
     async def read_output(self, params: dict) -> dict:
         args = ReadOutputArgs.model_validate(params)
         session = self.registry.get(args.session_id)
-        end = session.output_end()
-        if args.after_seq is not None and args.after_seq > end:
-            # Found by testing from outside: the cursor moved there, and the output written up to it
-            # was never shown.
-            raise ToolError(f"after_seq {args.after_seq} is past the end of the output read so far (next_seq "
-                            f"{end}). To proceed: pass a next_seq an earlier call returned, or omit after_seq.",
-                            code="invalid_argument", details={"argument": "after_seq", "next_seq": end})
-        if args.wait_ms and session.caught_up(args.after_seq):
+        if args.after_stderr_seq is not None and session.err is None:
+            raise ToolError("after_stderr_seq is for sessions started with separate_stderr; this session's stderr is "
+                            "merged into its output. To proceed: use after_seq alone.",
+                            code="invalid_argument", details={"argument": "after_stderr_seq"})
+        for argument, cursor, stderr in (("after_seq", args.after_seq, False),
+                                         ("after_stderr_seq", args.after_stderr_seq, True)):
+            end = session.output_end(stderr=stderr)
+            if cursor is not None and cursor > end:
+                # Found by testing from outside: the cursor moved there, and the output written up
+                # to it was never shown.
+                next_name = "next_stderr_seq" if stderr else "next_seq"
+                raise ToolError(f"{argument} {cursor} is past the end of the output read so far ({next_name} "
+                                f"{end}). To proceed: pass a {next_name} an earlier call returned, or omit {argument}.",
+                                code="invalid_argument", details={"argument": argument, next_name: end})
+        if args.wait_ms and session.caught_up(args.after_seq, args.after_stderr_seq):
             await session.wait_for(deadline=time.monotonic() + args.wait_ms / 1000, quiet_s=0,
                                    baseline=session.output_total())
-        return self._result(session, self._max_bytes(args.max_bytes), after=args.after_seq)
+        return self._result(session, self._max_bytes(args.max_bytes), after=args.after_seq,
+                            after_err=args.after_stderr_seq)
 
     async def resize(self, params: dict) -> dict:
         args = ResizeArgs.model_validate(params)
