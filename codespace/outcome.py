@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .contract.text import in_message
+
 if TYPE_CHECKING:
     from .contract import Refused
 
@@ -23,8 +25,8 @@ class Outcome:
     SDK 1.x validate ``structuredContent`` whenever it is present, error or not, and an
     ``{"error": ...}`` object matches no tool's output schema, so the call would throw and
     the agent would see nothing. The error is the text block (what every client shows the
-    model) and, for programs, ``error`` sent as ``_meta["codespace/error"]``, which no
-    client validates."""
+    model; its control characters escaped) and, for programs, ``error`` sent as
+    ``_meta["codespace/error"]``, which no client validates (its message as it is)."""
 
     is_error: bool
     text: str
@@ -52,9 +54,9 @@ def error_outcome(code: str, message: str, details: dict[str, Any] | None = None
         error["details"] = details
     if operation_id is not None:
         error["operation_id"] = operation_id
-    return Outcome(True, message, None, error)
+    return Outcome(True, in_message(message), None, error)
 
 
 def refusal_outcome(refusal: Refused, operation_id: str) -> Outcome:
     error = {"code": "refused", "rule": refusal.rule, "message": refusal.message, "operation_id": operation_id}
-    return Outcome(True, refusal.message, None, error)
+    return Outcome(True, in_message(refusal.message), None, error)

@@ -11,6 +11,7 @@ import anyio
 import jsonschema
 import pytest
 
+from codespace.outcome import ERROR_META_KEY
 from codespace.testing import call_ok, connect
 
 pytestmark = pytest.mark.anyio
@@ -110,3 +111,15 @@ async def test_a_name_cannot_forge_a_line_of_a_listing(make_app, ws, mode):
         "fake\\x0afile       999  forged_entry.txt", "link\\x0d @", "paint\\x1b[31m\\u202eexe.txt",
         "zero\\u200bwidth\\U000e0041\u200dkept"]
     assert forged in [e["name"] for e in listed.structured_content["entries"]]
+
+
+async def test_an_error_message_shows_control_characters_as_escapes(make_app, mode):
+    """Found by testing from outside: an error echoed a path's ESC, carriage return and bidi
+    marks raw into the text the model reads. The text block escapes them (the line breaks
+    of a multi-line message stay); the machine-readable error keeps the message as it is."""
+    path = "paint\x1b[31m\r\u202eexe\u200b.txt"
+    async with connect(make_app(plugins=("fs",)), mode=mode) as client:
+        result = await client.call_tool("read_file", {"path": path})
+    text = result.content[0].text
+    assert result.is_error and "paint\\x1b[31m\\x0d\\u202eexe\\u200b.txt" in text, text
+    assert path in result.meta[ERROR_META_KEY]["message"]

@@ -35,3 +35,12 @@ def one_line(name: str) -> str:
     around it or show as nothing written as ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``; other names
     are returned as they are."""
     return _UNSAFE.sub(_escape, name) if _UNSAFE.search(name) else name
+
+
+def in_message(message: str) -> str:
+    """An error message for the text block: what :func:`one_line` escapes, but the line
+    breaks a message may hold on purpose (a regex error's caret under the pattern). A path
+    the message names shows its escape sequences, carriage returns and bidirectional marks as
+    escapes (found by testing from outside: read_file's error echoed them raw)."""
+    return _UNSAFE.sub(lambda m: m.group() if m.group() == "\n" else _escape(m), message)
+
