@@ -4,7 +4,7 @@ bounded walks), following OpenAI Codex ``rust-v0.171.0``'s file-system component
 The backend's modules load on first use, not when the server loads its plugins.
 """
 
-__version__ = "0.2.4"
+__version__ = "0.2.5"
 __all__ = ["FsBackend", "__version__"]
 
 

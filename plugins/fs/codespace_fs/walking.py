@@ -32,7 +32,6 @@ _by_name = attrgetter("name")
 _DIR_READ = os.O_RDONLY | O_DIR | O_NOFOLLOW | O_CLOEXEC
 _BELOW = kernel.RESOLVE_BENEATH | kernel.RESOLVE_NO_SYMLINKS | kernel.RESOLVE_NO_MAGICLINKS
 ENTRY_OVERHEAD = 48  # JSON around one entry: {"path":"","kind":"directory","size":null,"depth":1},
-_ENTRIES_PER_CLOCK_CHECK = 64  # matched against 2,000 ignore patterns, 64 entries take 0.15-0.3 s
 
 
 class Limits:
@@ -42,6 +41,8 @@ class Limits:
         self.entries = _clamp(request.max_entries, limits.walk_max_entries)
         self.bytes = _clamp(request.max_bytes, limits.walk_max_response_bytes)
         self.ms = limits.walk_max_ms
+        # The clock starts before the globs are compiled: 256 of the costliest allowed take 1.3 s.
+        self.deadline = time.monotonic() + self.ms / 1000
 
 
 def _clamp(requested: int | None, limit: int) -> int:
@@ -144,7 +145,7 @@ class _Walk:
         self.truncated_reason: str | None = None
         self.depth_cut = lim.depth == 0
         self.dirs = 0
-        self.deadline = time.monotonic() + lim.ms / 1000
+        self.deadline = lim.deadline
         self.cancel = cancel
 
     def must_stop(self) -> bool:
@@ -280,16 +281,17 @@ class _Walk:
         max_entries = self.lim.entries
         budget = self.budget
         used = self.used
-        timed = gitignore or include is not None or exclude is not None  # matching is what can take long
-        clock = 0
+        # Matching is what can take long, and one entry against the costliest globs allowed takes
+        # 0.1-0.2 s (found by testing from outside: read every 64 entries, the clock let a 10 s
+        # walk run 22 s), so the clock is read at every entry: 60 ns against a match's microseconds.
+        timed = gitignore or include is not None or exclude is not None
+        deadline = self.deadline
+        monotonic = time.monotonic
+        cancelled = self.cancel.is_set if self.cancel is not None else bool
         try:
             for entry in found:
-                if timed:
-                    clock += 1
-                    if clock == _ENTRIES_PER_CLOCK_CHECK:
-                        clock = 0
-                        if self.must_stop():
-                            break
+                if timed and (monotonic() > deadline or cancelled()) and self.must_stop():
+                    break
                 name = entry.name
                 if name[0] == "." and not include_hidden:
                     continue

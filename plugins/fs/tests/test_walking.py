@@ -186,6 +186,27 @@ async def test_a_walk_slowed_by_an_agent_written_ignore_file_stops_at_its_time_l
     assert "truncated_reason" not in plain or plain["truncated_reason"] is None
 
 
+async def test_a_walk_with_the_costliest_globs_allowed_stops_at_its_time_limit(make_app, ws, mode):
+    """Found by testing from outside: 256 include and 256 exclude globs, each as long and with as
+    many '*' as allowed, cost 0.1-0.2 s an entry over long paths; the clock was read every 64
+    entries, so a walk with walk_max_ms 10 s ran 16-22 s. It is read at every matched entry, and
+    it starts before the globs are compiled (1.3 s for 256 of these here, twice that when loaded)."""
+    from codespace.contract.globs import MAX_GLOB_CHARS, MAX_GLOB_STARS, MAX_GLOBS
+
+    head = "*a" * MAX_GLOB_STARS
+    globs = [(head + "b" * MAX_GLOB_CHARS)[:MAX_GLOB_CHARS - len(str(i))] + str(i) for i in range(MAX_GLOBS)]
+    deep = ws / ("d" * 100) / ("e" * 100)
+    deep.mkdir(parents=True)
+    for i in range(200):  # 20-40 s of matching unbounded
+        (deep / f"{'f' * 80}{i}.txt").touch()
+    async with connect(make_app("[limits]\nwalk_max_ms = 1000\n"), mode=mode) as client:
+        start = time.monotonic()
+        out = await call_ok(client, "walk", {"include": globs, "exclude": globs})
+        elapsed = time.monotonic() - start
+    assert out["truncated_reason"].startswith("walk_max_ms (1000 ms of walking)"), out["truncated_reason"]
+    assert elapsed < 8, elapsed  # 1 s, compiling twice 256 globs, an entry's matching; 13 s and more before
+
+
 async def test_a_walk_cut_by_its_time_limit_follows_no_more_links(make_app, ws, mode, outside):
     """Found in review: a directory cut short by walk_max_ms still had its links to directories
     resolved and queued (up to 256 opens, each a confinement check) after the time was up.
@@ -215,13 +236,13 @@ async def test_a_walk_through_many_slow_links_stops_at_its_time_limit(make_app, 
         (ws / f"c{i}").symlink_to("d/../" * 790 + f"c{i + 1}")
     (ws / "c40").symlink_to("d")
     (ws / "many").mkdir()
-    for i in range(400):
-        (ws / "many" / f"m{i:03}").symlink_to("../c0")
-    async with connect(make_app("[limits]\nwalk_max_ms = 1500\n"), mode=mode) as client:
+    for i in range(2000):  # 2-4 ms each (it was 400 at 1500 ms, till a faster machine walked them all in time)
+        (ws / "many" / f"m{i:04}").symlink_to("../c0")
+    async with connect(make_app("[limits]\nwalk_max_ms = 1000\n"), mode=mode) as client:
         started = time.monotonic()
         out = await call_ok(client, "walk", {"path": "many", "follow_dir_links": True})
         elapsed = time.monotonic() - started
-    assert out["truncated_reason"].startswith("walk_max_ms (1500 ms of walking)"), out["truncated_reason"]
+    assert out.get("truncated_reason", "").startswith("walk_max_ms (1000 ms of walking)"), out.get("truncated_reason")
     assert elapsed < 6, elapsed
     messages = {e["message"] for e in out["errors"]}
     assert messages and all("4096 steps to resolve" in m for m in messages), messages
