@@ -158,10 +158,21 @@ def _rg_failure(args: GrepArgs, lines: list[bytes]) -> ToolError:
     return ToolError(f"grep failed: {text}", code="grep_failed")
 
 
+def _messages(lines: list[bytes]) -> list[bytes]:
+    """rg's messages on stderr, each whole: one about a file whose name holds a line break spans
+    several lines (found by testing from outside: skipped showed "rg: ./a" of "a\\nb/.gitignore")."""
+    messages: list[bytes] = []
+    for line in lines:
+        if line.startswith(b"rg: "):
+            messages.append(line)
+        elif messages:
+            messages[-1] += b"\n" + line
+    return messages
+
+
 def _result(args: GrepArgs, collect: Collector, run: RgRun, timed_out: bool) -> dict:
     skipped = collect.skipped + [
-        {"path": "", "reason": line.decode("utf-8", "backslashreplace")[:500]}
-        for line in run.failure if line.startswith(b"rg: ")
+        {"path": "", "reason": message.decode("utf-8", "backslashreplace")[:500]} for message in _messages(run.failure)
     ]
     if timed_out:
         # Files arrive in no order, so what was found in time is not a prefix of the sorted

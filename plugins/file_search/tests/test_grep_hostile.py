@@ -370,3 +370,17 @@ async def test_a_client_that_gives_up_stops_rg(mcp_client, ws):
             timed = await call_ok(client, "grep", {"pattern": "needle", "timeout_ms": 300})
     assert timed["truncated"] and timed["truncated_reason"].startswith("timeout_ms (300 ms)")
     assert rg_children() == []
+
+
+async def test_a_name_with_a_line_break_stays_whole_in_a_skip_reason(mcp_client, ws):
+    """Found by testing from outside: rg's message about a file whose name holds a newline spans
+    two lines of its stderr, and skipped showed the first half ("rg: ./a") and lost the rest."""
+    bad = ws / "a\nb"
+    bad.mkdir(parents=True)
+    (bad / ".gitignore").write_text("a{\n")
+    (bad / "f.txt").write_text("needle\n")
+    async with mcp_client() as client:
+        result = await call_ok(client, "grep", {"pattern": "needle", "gitignore": True})
+    reasons = [s["reason"] for s in result["skipped"]]
+    assert len(reasons) == 1 and reasons[0].startswith("rg: ./a\nb/.gitignore: line 1: error parsing glob"), reasons
+    assert _paths(result) == ["a\nb/f.txt"]
