@@ -446,3 +446,18 @@ async def test_stderr_has_a_cursor_of_its_own(make_app, mode):
     assert "next_stderr_seq 6" in past["message"], past
     assert needs_separate["code"] == "invalid_argument" and "separate_stderr" in needs_separate["message"]
     assert merged.get("stderr_seq") is None and merged.get("next_stderr_seq") is None
+
+
+async def test_a_cursor_inside_a_character_starts_at_the_next_one(make_app, mode):
+    """Found by testing from outside: an after_seq a client counted itself, landing inside a
+    character, answered U+FFFD for the character's last bytes. The read starts after it, and
+    seq says where. Bytes that are not UTF-8 are still shown (as U+FFFD), not skipped."""
+    async with connect(make_app(), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": "printf '\\342\\202\\254x\\200y'; sleep 30", "yield_ms": 300})
+        session = out["session_id"]
+        assert (out["output"], out["next_seq"]) == ("€x\ufffdy", 6), out
+        inside = [await call_ok(client, "read_output", {"session_id": session, "after_seq": n}) for n in (1, 2)]
+        invalid = await call_ok(client, "read_output", {"session_id": session, "after_seq": 4})
+        await call_ok(client, "terminate", {"session_id": session, "grace_ms": 500})
+    assert [(r["output"], r["seq"], r["next_seq"]) for r in inside] == [("x\ufffdy", 3, 6)] * 2, inside
+    assert (invalid["output"], invalid["seq"]) == ("\ufffdy", 4), invalid

@@ -184,7 +184,7 @@ def take_text(buffer: OutputBuffer, cursor: int, max_bytes: int) -> tuple[str, i
     start: int | None = None
     dropped = 0
     cut = 0  # bytes of a character cut by the dropped middle, counted with it
-    position = cursor
+    cursor = position = cursor + _rest_of_character(buffer, cursor)
     while max_bytes > 0:
         window = buffer.read(position, max_bytes)
         if not window.data:
@@ -229,6 +229,20 @@ def take_text(buffer: OutputBuffer, cursor: int, max_bytes: int) -> tuple[str, i
         parts.append(f"... {cut} bytes omitted ...\n")
         dropped += cut
     return "".join(parts), cursor if start is None else start, position, dropped
+
+
+def _rest_of_character(buffer: OutputBuffer, cursor: int) -> int:
+    """How many bytes at ``cursor`` finish a character begun before it: a cursor a client counted
+    itself can fall inside one (found by testing from outside: U+FFFD for its last bytes). Only
+    the bytes a lead byte before the cursor calls for: others that are not UTF-8 are shown."""
+    before, after = buffer.read(max(0, cursor - 3), min(3, cursor)), buffer.read(cursor, 3)
+    if before.dropped or after.dropped or before.start + len(before.data) != cursor:
+        return 0  # at the start, or next to the dropped middle (whose cut characters are counted there)
+    for back, byte in enumerate(reversed(before.data), 1):
+        if byte & 0xC0 != 0x80:
+            needs = 2 if 0xC0 <= byte < 0xE0 else 3 if 0xE0 <= byte < 0xF0 else 4 if 0xF0 <= byte < 0xF8 else 1
+            return min(max(0, needs - back), _continuation_bytes(after.data))
+    return 0
 
 
 def _continuation_bytes(data: bytes) -> int:
