@@ -461,3 +461,43 @@ async def test_a_cursor_inside_a_character_starts_at_the_next_one(make_app, mode
         await call_ok(client, "terminate", {"session_id": session, "grace_ms": 500})
     assert [(r["output"], r["seq"], r["next_seq"]) for r in inside] == [("x\ufffdy", 3, 6)] * 2, inside
     assert (invalid["output"], invalid["seq"]) == ("\ufffdy", 4), invalid
+
+
+async def test_a_wait_for_output_is_not_ended_by_half_a_character(make_app, mode):
+    """Found by testing from outside: with only the first byte of a character written,
+    read_output's wait_ms returned at once and empty, and a client polling it made 10,000 calls
+    in 3 s. Those bytes are not output a read can show: the wait goes on until the character is
+    whole."""
+    async with connect(make_app(), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": "printf '\\342'; sleep 1.5; printf '\\202\\254done'",
+                                             "yield_ms": 300})
+        start = time.monotonic()
+        rest = await call_ok(client, "read_output", {"session_id": out["session_id"], "wait_ms": 5000})
+        waited = time.monotonic() - start
+    assert out["output"] == "" and out["running"], out
+    assert rest["output"].startswith("€") and waited > 0.8, (rest, waited)
+
+
+async def test_omitted_bytes_lie_between_seq_and_next_seq_on_each_stream(make_app, mode):
+    """Found by testing from outside: a read from the first dropped byte answered seq at the
+    tail's start, one from the byte before answered seq at the cursor; and with separate_stderr,
+    omitted_bytes added stderr's dropped bytes to stdout's. seq is now where the read started,
+    the dropped bytes lie between seq and next_seq, and each stream counts its own."""
+    policy = "[limits]\noutput_cap_bytes = 4096\n"
+    total = sum(len(f"{i}\n") for i in range(1, 20001))
+    async with connect(make_app(policy), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": "seq 1 20000; sleep 30", "yield_ms": 1500, "max_bytes": 100})
+        session, head = out["session_id"], 2048  # the head is half the cap
+        reads = [await call_ok(client, "read_output", {"session_id": session, "after_seq": at, "max_bytes": 30})
+                 for at in (head - 1, head, head + 5)]
+        await call_ok(client, "terminate", {"session_id": session, "grace_ms": 500})
+        separate = await call_ok(client, "exec", {"command": "seq 1 20000 >&2; echo out", "separate_stderr": True,
+                                                  "max_bytes": 1_000_000})
+    dropped = total - 4096
+    for at, read in zip((head - 1, head, head + 5), reads):
+        shown = read["output"].replace(f"... {read['omitted_bytes']} bytes omitted ...\n", "")
+        assert read["seq"] == at, (at, read)
+        assert read["omitted_bytes"] == dropped - max(0, at - head), (at, read)
+        assert read["next_seq"] - read["seq"] == len(shown.encode()) + read["omitted_bytes"], (at, read)
+    assert (separate["output"], separate["omitted_bytes"]) == ("out\n", 0), separate
+    assert separate["stderr_omitted_bytes"] == dropped, separate

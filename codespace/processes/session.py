@@ -294,7 +294,8 @@ class Session:
     # -- output ---------------------------------------------------------------------
 
     def output_total(self) -> int:
-        return self.out.total + (self.err.total if self.err else 0)
+        """How much output a read could show so far (what a wait for new output compares)."""
+        return self.out.readable_end() + (self.err.readable_end() if self.err else 0)
 
     def has_unread(self) -> bool:
         return self.delivered < self.out.total or (self.err is not None and self.delivered_err < self.err.total)
@@ -309,9 +310,9 @@ class Session:
 
     def caught_up(self, after: int | None = None, after_err: int | None = None) -> bool:
         """Is every cursor (or ``after``, ``after_err``) at the end of its stream?"""
-        if (self.delivered if after is None else after) < self.out.total:
+        if (self.delivered if after is None else after) < self.out.readable_end():
             return False
-        return self.err is None or (self.delivered_err if after_err is None else after_err) >= self.err.total
+        return self.err is None or (self.delivered_err if after_err is None else after_err) >= self.err.readable_end()
 
     def output_tail(self) -> str:
         """The last output kept, as text (for recognising an error message)."""

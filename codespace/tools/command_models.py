@@ -91,7 +91,14 @@ class CommandOutput(Model):
     next_stderr_seq: int | None = Field(
         default=None, description="With separate_stderr: the offset after this stderr; pass as after_stderr_seq to read from here.",
     )
-    omitted_bytes: int = Field(default=0, description="Bytes dropped before this output and stderr (buffer overflow).")
+    omitted_bytes: int = Field(
+        default=0, description="Bytes of output the buffer dropped (it keeps the head and the tail) between seq and "
+        "next_seq; a '... N bytes omitted ...' line in output marks where. max_bytes counts the command's bytes, "
+        "not that line.",
+    )
+    stderr_omitted_bytes: int | None = Field(
+        default=None, description="With separate_stderr: the same for stderr, between stderr_seq and next_stderr_seq.",
+    )
     pid: int
     tty: bool
     sandboxed: bool

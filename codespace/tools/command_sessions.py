@@ -96,7 +96,7 @@ class LocalSessions:
         return CommandOutput(
             session_id=session.id if keep else None, **status, output=taken.text, stderr=taken.stderr_text,
             seq=taken.start, next_seq=taken.end, stderr_seq=taken.stderr_start, next_stderr_seq=taken.stderr_end,
-            omitted_bytes=taken.dropped + taken.stderr_dropped,
+            omitted_bytes=taken.dropped, stderr_omitted_bytes=taken.stderr_dropped if session.err is not None else None,
             pid=session.pid, tty=session.tty, sandboxed=session.sandboxed, duration_ms=session.duration_ms(),
             env_dropped=env_dropped or [], input_pending_bytes=input_pending,
             sandbox_denied=hint.likely if hint else None,
