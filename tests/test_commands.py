@@ -501,3 +501,38 @@ async def test_omitted_bytes_lie_between_seq_and_next_seq_on_each_stream(make_ap
         assert read["next_seq"] - read["seq"] == len(shown.encode()) + read["omitted_bytes"], (at, read)
     assert (separate["output"], separate["omitted_bytes"]) == ("out\n", 0), separate
     assert separate["stderr_omitted_bytes"] == dropped, separate
+
+
+async def test_an_exec_answer_holds_its_output_though_another_call_read_it_first(make_app, mode):
+    """Found by testing from outside: a terminate (or read_output) sent while exec still waited
+    took the output, and exec's answer, and its stored record, said the command ended with
+    none, omitted_bytes 0. exec's answer is the command's first: it shows the output from the
+    start."""
+    async with connect(make_app(), mode=mode) as client:
+        answers: dict[str, dict] = {}
+
+        async def run() -> None:
+            answers["exec"] = await call_ok(client, "exec", {"command": "echo IMPORTANT; sleep 100", "yield_ms": 20000})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            with anyio.fail_after(10):
+                while not (listed := (await call_ok(client, "list_sessions"))["sessions"]) or not listed[0]["unread_bytes"]:
+                    await anyio.sleep(0.05)
+            answers["terminate"] = await call_ok(client, "terminate", {"session_id": listed[0]["session_id"],
+                                                                       "grace_ms": 200})
+    assert answers["terminate"]["output"] == "IMPORTANT\n"
+    assert answers["exec"]["running"] is False and answers["exec"]["output"] == "IMPORTANT\n", answers["exec"]
+    assert answers["exec"]["seq"] == 0
+
+
+async def test_write_stdin_can_end_the_input_of_a_pipe_session(make_app, mode):
+    """Found by testing from outside: on an interactive session without a terminal, '\\x04' is a
+    byte like any other, and nothing could end the command's input, so `wc -c` never finished.
+    close_stdin ends it once the text is written (a terminal session: plugins/pty's tests)."""
+    async with connect(make_app(), mode=mode) as client:
+        out = await call_ok(client, "exec", {"command": "wc -c", "interactive": True, "yield_ms": 100})
+        await call_ok(client, "write_stdin", {"session_id": out["session_id"], "chars": "abc", "yield_ms": 100})
+        done = await call_ok(client, "write_stdin", {"session_id": out["session_id"], "chars": "de",
+                                                     "close_stdin": True, "yield_ms": 5000})
+    assert done["running"] is False and done["exit_code"] == 0 and done["output"].strip() == "5", done

@@ -123,7 +123,15 @@ class SessionArgs(Strict):
 
 class WriteStdinArgs(OperationArgs):
     session_id: str = Field(min_length=1, description="The session_id exec returned.")
-    chars: str = Field(default="", description="Text to send (control characters pass through: '\\x03' is Ctrl-C); empty polls.")
+    chars: str = Field(
+        default="", description="Text to send; empty polls. On a tty control characters act as typed: '\\x03' is "
+        "Ctrl-C, '\\x04' at the start of a line ends input. Without a tty they are bytes like any other: end the "
+        "input with close_stdin, stop the command with terminate.",
+    )
+    close_stdin: bool = Field(
+        default=False, description="Sessions without a tty: end the command's stdin once chars are written (it "
+        "sees end of input).",
+    )
     yield_ms: int = Field(default=INTERACTIVE_YIELD_MS, ge=0, le=MAX_YIELD_MS, description="Longest wait for output after writing.")
     quiet_ms: int = Field(
         default=DEFAULT_QUIET_MS, ge=0, le=60_000,

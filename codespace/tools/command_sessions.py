@@ -135,7 +135,10 @@ class LocalSessions:
             with anyio.CancelScope(shield=True):
                 await self._stop_cancelled(session)
             raise
-        result = self._result(session, self._max_bytes(args.max_bytes),
+        # From the start, not the session's cursor: this is the command's first answer, and a
+        # terminate or read_output sent meanwhile must not leave it empty (found by testing from
+        # outside: exec answered exit 143 and no output, and its stored record the same).
+        result = self._result(session, self._max_bytes(args.max_bytes), after=0, after_err=0,
                               env_dropped=refused_extra(ws.policy.env, args.env), note=decision.note)
         if session.terminated_by == "shutdown" and not result["running"]:
             # Not the command's own end: the call fails, and its record says cancelled, as a
@@ -159,8 +162,12 @@ class LocalSessions:
         args = WriteStdinArgs.model_validate(params)
         session = self.registry.get(args.session_id)
         baseline = session.output_total()
-        if args.chars:
-            session.send(args.chars.encode())
+        if args.close_stdin and session.tty:
+            raise ToolError("a terminal session has no stdin of its own to close; nothing was written. To proceed: "
+                            "send '\\x04' (Ctrl-D) at the start of a line as chars, as typing would.",
+                            code="invalid_argument", details={"argument": "close_stdin"})
+        if args.chars or args.close_stdin:
+            session.send(args.chars.encode(), close=args.close_stdin)
         await session.wait_for(deadline=time.monotonic() + args.yield_ms / 1000, quiet_s=args.quiet_ms / 1000,
                                baseline=baseline)
         return self._result(session, self._max_bytes(args.max_bytes))

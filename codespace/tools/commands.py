@@ -102,9 +102,9 @@ def codespace_register_tools(register: ToolRegistrar) -> None:
     ))
     register(ToolDefinition(
         name="write_stdin",
-        description="Send text to a running session's stdin or terminal (control characters pass through; "
-        "'\\x03' interrupts) and return the output that follows, as soon as it goes quiet or the process exits. "
-        "Empty chars polls.",
+        description="Send text to a running session's stdin or terminal (on a tty '\\x03' interrupts; without one, "
+        "close_stdin ends the input) and return the output that follows, as soon as it goes quiet or the process "
+        "exits. Empty chars polls.",
         arguments=WriteStdinArgs, result=CommandOutput, handler=write_stdin, destructive=True, render=_render,
     ))
     register(ToolDefinition(

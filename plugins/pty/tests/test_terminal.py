@@ -180,3 +180,16 @@ async def test_resize_after_the_command_ended(mcp_client, mode):
                 await anyio.sleep(0.05)
         error = await call_error(client, "resize", {"session_id": session, "rows": 30, "cols": 100})
         assert error["code"] == "exited" and "has exited" in error["message"], error
+
+
+async def test_close_stdin_on_a_terminal_says_to_send_ctrl_d(mcp_client, mode):
+    """A terminal has no stdin of its own to close: write_stdin's close_stdin is refused, naming
+    what to send instead, and the session goes on."""
+    async with mcp_client(mode=mode) as client:
+        started = await call_ok(client, "exec", {"command": "cat", "tty": True, "yield_ms": 100})
+        refused = await call_error(client, "write_stdin", {"session_id": started["session_id"], "close_stdin": True})
+        done = await call_ok(client, "write_stdin", {"session_id": started["session_id"], "chars": "\x04",
+                                                      "yield_ms": 5000})
+        final = await finish(client, started["session_id"], done)
+    assert refused["code"] == "invalid_argument" and "\\x04" in refused["message"], refused
+    assert final["running"] is False and final["exit_code"] == 0
