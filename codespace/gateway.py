@@ -22,7 +22,8 @@ from .contract import BackendMissing, Refused, RunnerLost, ToolError
 from .contract.gate import path_syntax_refusal, paths_refusal
 from .outcome import Outcome, error_outcome, refusal_outcome
 from .policy import normalize
-from .store import OperationRecord
+from . import reaper
+from .store import INTERRUPTED, OperationRecord, owner_alive
 from .surrogates import describe as describe_surrogate
 from .surrogates import find_lone_surrogate
 from .schemas import structured_result
@@ -194,9 +195,16 @@ class Gateway:
             await event.wait()
         else:
             with anyio.move_on_after(FOREIGN_WAIT_S):
-                while record.status == "running":
+                while record.status == "running" and owner_alive(record.owner):
                     await anyio.sleep(0.1)
                     record = await self.store.get(record.operation_id) or record
+            if record.status == "running" and not owner_alive(record.owner):
+                # Its server died after this one started (or under a launcher that had not reaped
+                # it then): nothing will finish it, so it is interrupted now, not at the next start
+                # (found by testing from outside: retries waited 30 s for "another server").
+                await self.store.finish(record.operation_id, "interrupted", error=INTERRUPTED)
+                reaper.reap([record])  # what its command left, as the next start would
+                record = await self.store.get(record.operation_id) or record
             return record
         return await self.store.get(record.operation_id) or record
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import anyio
 import pytest
 
+from codespace.procfs import stat_fields
+from codespace.store import owner_alive, owner_token
 from codespace.testing import call_error, call_ok, connect
 
 pytestmark = pytest.mark.anyio
@@ -94,3 +100,47 @@ async def test_records_are_visible_through_get_operation(make_app, mode):
     assert record["client"].startswith("memory")
     assert [o["operation_id"] for o in listing["operations"]] == ["key-7"]
     assert missing["code"] == "not_found"
+
+
+def _zombie_token() -> tuple[subprocess.Popen, str]:
+    """The owner token of a process that has exited and is not reaped yet (a zombie)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    token = owner_token(child.pid)
+    deadline = time.monotonic() + 10
+    while stat_fields(child.pid)[0] != b"Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return child, token
+
+
+def test_an_unreaped_server_is_not_alive():
+    """Found by testing from outside: a server killed by SIGKILL whose parent had not reaped it
+    yet still had a /proc entry with its start time, so its operations stayed running."""
+    child, token = _zombie_token()
+    try:
+        assert not owner_alive(token)
+    finally:
+        child.wait()
+
+
+async def test_a_retry_of_an_operation_whose_server_died_answers_at_once(make_app, ws, mode):
+    """Found by testing from outside: a retry of an operation still marked running by a server
+    that had died (found so after the start that would have marked it interrupted) waited 30 s
+    and said it was "still running in another server", until the next restart. It is answered
+    at once as interrupted, and the record says so."""
+    child, token = _zombie_token()
+    app = make_app()
+    async with connect(app, mode=mode) as client:
+        await call_ok(client, "tally", {"name": "z", "operation_id": "orphan"})
+        await app.store._run(lambda: app.store._db().execute(
+            "UPDATE operations SET status = 'running', owner = ?, result = NULL, finished_at = NULL "
+            "WHERE operation_id = 'orphan'", (token,)))
+        started = time.monotonic()
+        retry = await call_error(client, "tally", {"name": "z", "operation_id": "orphan"})
+        waited = time.monotonic() - started
+        record = await call_ok(client, "get_operation", {"operation_id": "orphan"})
+    child.wait()
+    assert waited < 5, waited
+    assert retry["code"] == "interrupted" and "was interrupted" in retry["message"], retry
+    assert record["status"] == "interrupted", record
+    assert _count(ws, "z") == 1

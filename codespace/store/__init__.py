@@ -1,6 +1,7 @@
 """The operation store: identity, idempotency and crash recovery for side effects."""
 
 from .base import (
+    INTERRUPTED,
     Begin,
     NetworkEvent,
     OperationRecord,
@@ -24,6 +25,7 @@ def __getattr__(name: str):  # noqa: ANN202
 
 
 __all__ = [
+    "INTERRUPTED",
     "Begin",
     "NetworkEvent",
     "OperationRecord",

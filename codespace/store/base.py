@@ -15,10 +15,12 @@ from typing import Any, Literal, Protocol
 from pydantic import Field
 
 from ..models import Strict
-from ..procfs import start_ticks
+from ..procfs import start_ticks, stat_fields
 
 Status = Literal["running", "succeeded", "failed", "refused", "interrupted", "cancelled"]
 FINISHED: tuple[Status, ...] = ("succeeded", "failed", "refused", "interrupted", "cancelled")
+INTERRUPTED = "the server running this operation stopped before it finished"
+"""The error an interrupted operation's record holds."""
 
 
 class OperationRecord(Strict):
@@ -138,7 +140,11 @@ def owner_alive(token: str | None) -> bool:
         return False
     if boot != _boot_id():
         return False
-    return str(proc_start_ticks(pid)) == start_text
+    fields = stat_fields(pid)
+    # A zombie is dead: it keeps its /proc entry and start time only until its parent reaps it
+    # (found by testing from outside: a SIGKILLed server under a launcher that did not reap kept
+    # its operations running).
+    return fields is not None and fields[0] != b"Z" and fields[19].decode() == start_text
 
 
 def now() -> float:

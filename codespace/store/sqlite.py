@@ -23,6 +23,7 @@ import anyio.to_thread
 
 from .base import (
     FINISHED,
+    INTERRUPTED,
     Begin,
     NetworkEvent,
     OperationRecord,
@@ -299,10 +300,9 @@ class SQLiteStore:
                            (self.owner, record.operation_id))
                 continue
             db.execute(
-                "UPDATE operations SET status = 'interrupted', finished_at = ?, "
-                "error = 'the server running this operation stopped before it finished' "
+                "UPDATE operations SET status = 'interrupted', finished_at = ?, error = ? "
                 "WHERE operation_id = ? AND status = 'running'",
-                (now(), record.operation_id),
+                (now(), INTERRUPTED, record.operation_id),
             )
             interrupted.append(record.model_copy(update={"status": "interrupted"}))
         return interrupted
