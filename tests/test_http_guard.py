@@ -259,3 +259,26 @@ async def test_the_surrogate_shortcut_passes_the_sdks_checks_first(ws, state, tm
             after_end = await http.post(url, content=SURROGATE_CALL, headers=session)
             assert after_end.status_code == 404, after_end.text
         _assert_quiet(stderr_path)
+
+
+async def test_a_failed_initialize_opens_no_session_and_host_names_are_caseless(ws, state, tmp_path):
+    """Found by testing from outside: an initialize whose params did not validate was refused
+    but still opened a session, and 246 of them took 246 of the 256 places (then a real
+    client got 503); an initialize sent as a notification got "Missing session ID" and a
+    session id header; and Host "LocalHost:port" got 421, though host names are caseless."""
+    with serving(ws, state, tmp_path, CODESPACE_HTTP_MAX_SESSIONS="2") as (url, _, stderr_path):
+        token = (state / "http-token").read_text().strip()
+        auth = {**HEADERS, "Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            for _ in range(3):
+                bad = await http.post(url, json={**INIT, "params": {}}, headers=auth)
+                assert bad.status_code == 400 and "mcp-session-id" not in bad.headers, (bad.status_code, bad.headers)
+                error = bad.json()["error"]
+                assert error["code"] == -32602 and "params.capabilities" in error["data"], error
+            notified = await http.post(url, json={k: v for k, v in INIT.items() if k != "id"}, headers=auth)
+            assert notified.status_code == 400 and "mcp-session-id" not in notified.headers, notified.text
+            assert "initialize is a request" in notified.json()["error"]["message"], notified.text
+            opened = await http.post(url, json=INIT, headers={**auth, "Host": f"LocalHost:{_address(url)[1]}"})
+            assert opened.status_code == 200 and opened.headers.get("mcp-session-id"), opened.text
+        assert await _legitimate_call(url, token)
+        _assert_quiet(stderr_path)

@@ -44,12 +44,18 @@ def _import_sdk() -> None:
 
 def describe_invalid_params(method: str, params: Any, version: str | None, initialized: bool) -> str:
     """What a -32602 was about, without echoing argument values."""
+    if not initialized and method not in ("ping", "initialize"):
+        return ("the connection is not initialized: send initialize, then notifications/initialized, "
+                "before other requests (or stamp each request with the 2026-07-28 _meta envelope)")
+    return params_problem(method, params, version) or \
+        f"the params of {method} do not match the MCP schema at protocol version {version}"
+
+
+def params_problem(method: str, params: Any, version: str | None) -> str | None:
+    """What in ``params`` the MCP schema of ``method`` refuses (None: nothing)."""
     from mcp_types.methods import validate_client_request
     from pydantic import ValidationError
 
-    if not initialized and method not in ("ping",):
-        return ("the connection is not initialized: send initialize, then notifications/initialized, "
-                "before other requests (or stamp each request with the 2026-07-28 _meta envelope)")
     try:
         validate_client_request(method, version or LATEST_HANDSHAKE_VERSION, params)
     except ValidationError as exc:
@@ -60,7 +66,7 @@ def describe_invalid_params(method: str, params: Any, version: str | None, initi
         return "; ".join(problems) + f" (see the MCP schema of {method})"
     except (KeyError, ValueError):
         return f"{method} is not served at protocol version {version}"
-    return f"the params of {method} do not match the MCP schema at protocol version {version}"
+    return None
 
 
 class _Connection:

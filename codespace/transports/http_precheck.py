@@ -59,6 +59,10 @@ class HostOriginGate:
         if scope["type"] == "http":
             # is_post=False: the Content-Type rule is the SDK's own, and stays its to apply
             # (a POST to another path gets 404, not 400).
+            # Host names are caseless (found by testing from outside: "Host: LocalHost:port" got 421);
+            # the SDK, here and again in its transport, compares them as they are written.
+            scope = {**scope, "headers": [(k, v.lower() if k.lower() in (b"host", b"origin") else v)
+                                          for k, v in scope.get("headers", ())]}
             refusal = await self._security.validate_request(Request(scope), is_post=False)
             if refusal is not None:
                 status = refusal.status_code
@@ -197,7 +201,8 @@ class JsonRpcPrecheck:
             if key is not None and (key in self._unanswered or key in self._calls_running):
                 await _respond(send, 400, reused_id(message["id"]))  # before any road that answers a call
                 return
-            if await self._surrogate_call(message, scope, send) or await self._no_room(message, scope, send):
+            if await self._surrogate_call(message, scope, send) or await self._bad_initialize(message, scope, send) \
+                    or await self._no_room(message, scope, send):
                 return
             send = _filling_invalid_params(send, message, scope)
         if key is not None:
@@ -217,6 +222,29 @@ class JsonRpcPrecheck:
             return None
         session = Headers(scope=scope).get(MCP_SESSION_ID_HEADER)
         return None if session is None else (session, str(message["id"]))
+
+    @staticmethod
+    async def _bad_initialize(message: Any, scope: dict[str, Any], send: Any) -> bool:
+        """An initialize the SDK would refuse, answered here: the SDK opens the session before it
+        validates, and keeps it (found by testing from outside: 246 refused initializes held 246
+        of the 256 places, and a real client then got 503). As a notification it would get the
+        SDK's "Missing session ID" and a session id header."""
+        if not isinstance(message, dict) or message.get("method") != "initialize" \
+                or Headers(scope=scope).get(MCP_SESSION_ID_HEADER) is not None:
+            return False
+        if "id" not in message:
+            await _respond(send, 400, encode({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32600, "message": "Invalid Request: initialize is a request: send it with an id, and the "
+                "answer opens the session; nothing was opened"}}))
+            return True
+        from .bridge import params_problem
+
+        hint = params_problem("initialize", message.get("params"), None)
+        if hint is None:
+            return False  # valid: the SDK opens the session
+        await _respond(send, 400, encode({"jsonrpc": "2.0", "id": message["id"], "error": {
+            "code": -32602, "message": "Invalid request parameters", "data": hint}}))
+        return True
 
     async def _no_room(self, message: Any, scope: dict[str, Any], send: Any) -> bool:
         """An initialize that would open a session past the cap: the SDK's 503 says only "Too
