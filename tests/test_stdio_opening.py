@@ -143,3 +143,16 @@ def test_a_signal_during_the_opening_stops_the_server_at_once(tmp_path, signum):
     assert code in (128 + signum, -signum)
     assert server.proc.stderr is not None
     _no_transport_traceback(server.proc.stderr.read().decode())
+
+
+def test_a_bad_initialize_is_told_what_in_its_params_is_wrong(tmp_path):
+    """Found by testing from outside (over HTTP, then checked here): an initialize without
+    capabilities was told the connection was not initialized and to send initialize."""
+    server = Server(tmp_path)
+    server.send(_line({**INIT, "params": {"protocolVersion": "2025-06-18"}}) + _line({**INIT, "id": 2}))
+    answers = {a["id"]: a for a in (server.answer() for _ in range(2))}
+    bad, good = answers[1], answers[2]
+    assert bad["error"]["code"] == -32602 and "params.capabilities" in bad["error"]["data"], bad
+    assert "not initialized" not in bad["error"]["data"], bad
+    assert good["result"]["serverInfo"]["name"] == "codespace"
+    assert server.close()[0] == 0
