@@ -536,3 +536,14 @@ async def test_write_stdin_can_end_the_input_of_a_pipe_session(make_app, mode):
         done = await call_ok(client, "write_stdin", {"session_id": out["session_id"], "chars": "de",
                                                      "close_stdin": True, "yield_ms": 5000})
     assert done["running"] is False and done["exit_code"] == 0 and done["output"].strip() == "5", done
+
+
+async def test_true_is_not_a_number_of_milliseconds(make_app, mode):
+    """Found by testing from outside: timeout_ms=true was taken as 1 ms, and the command was
+    killed at once (exit code 124). Lax mode reads "30" as 30 and "yes" as true, but a
+    boolean is no integer: it is refused, naming the argument."""
+    async with connect(make_app(), mode=mode) as client:
+        error = await call_error(client, "exec", {"command": "echo hi", "timeout_ms": True})
+        text = await call_ok(client, "exec", {"command": "echo hi", "timeout_ms": "5000", "yield_ms": "5000"})
+    assert error["code"] == "invalid_arguments" and "timeout_ms" in error["message"], error
+    assert text["output"] == "hi\n"
