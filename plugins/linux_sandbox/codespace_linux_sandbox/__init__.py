@@ -6,4 +6,4 @@ Server-side code lives in :mod:`.backend` and :mod:`.plugin`; :mod:`.engines` ma
 code runs in which process (server, warm helper, per-command helper, command's child).
 """
 
-__version__ = "0.2.4"
+__version__ = "0.2.5"

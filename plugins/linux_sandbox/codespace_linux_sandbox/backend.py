@@ -17,6 +17,7 @@ With network ``allowlist`` it also opens the command's route to the egress proxy
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -349,8 +350,11 @@ class LinuxSandbox:
     def launch_now(self, spec: CommandSpec, layout: SandboxLayout, stdio: tuple[int, int, int]) -> Launched:
         """Start ``spec`` confined, on ``stdio``: a per-command helper forked by the warm helper
         (or started alone when that cannot serve). Blocks for one round trip (a fork)."""
-        if not os.path.isdir(spec.cwd):  # as an unsandboxed exec would fail
-            raise FsError(f"cannot run in {spec.cwd}: the directory does not exist", path=spec.cwd, errno=2)
+        if not os.path.isdir(spec.cwd):  # as an unsandboxed exec would fail, and with its words
+            missing = not os.path.lexists(spec.cwd)
+            raise FsError(f"cannot run in {spec.cwd}: {'the directory does not exist' if missing else 'it is not a directory'}"
+                          ". To proceed: pass a directory of the workspace as cwd.",
+                          path=spec.cwd, errno=errno.ENOENT if missing else errno.ENOTDIR)
         _check_program(spec)
         route = self.open_route(spec, layout)
         payloads: list[int] = []

@@ -189,6 +189,16 @@ async def test_command_not_found_like_unsandboxed(app_for, mode, engine):
         assert missing["code"] == "command_not_found"
 
 
+async def test_a_cwd_that_is_a_file_is_named_as_such(app_for, ws, mode, engine):
+    """Found by testing from outside: a cwd naming a regular file was said not to exist."""
+    (ws / "notes.txt").write_text("x")
+    async with connect(app_for(), mode=mode) as client:
+        error = await call_error(client, "exec", {"command": ["pwd"], "cwd": "notes.txt"})
+        missing = await call_error(client, "exec", {"command": ["pwd"], "cwd": "nowhere"})
+    assert "notes.txt: it is not a directory" in error["message"], error
+    assert "nowhere: the directory does not exist" in missing["message"], missing
+
+
 @pytest.mark.skipif(not HAS_PTY, reason="codespace-pty is not installed (tty sessions need it)")
 async def test_tty_session_in_the_sandbox(make_app, base, engine, mode):
     require_engine(engine)
