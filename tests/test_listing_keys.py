@@ -47,3 +47,41 @@ def test_the_plugins_table_does(tmp_path, example_plugins, plugins):
     default = _listing(tmp_path, "default", None)
     assert b'"name":"tally"' in default  # the example plugin's tool
     assert b'"name":"tally"' not in _listing(tmp_path, "plugins", f"[plugins]\n{plugins}\n")
+
+
+def test_a_listing_built_from_code_changed_since_the_start_is_not_kept(tmp_path, monkeypatch):
+    """Found by testing from outside: a server that had loaded a module before it was edited (or
+    upgraded) kept its listing stamped with the edited file's time, so every later start served
+    the old listing (a new result field missing from the output schema). A module changed
+    since this process started is not stamped: the listing is not kept."""
+    import importlib
+    import os
+    import sys
+    import time
+
+    from codespace.transports.listing import ListingCache
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    module = tmp_path / "lib" / "edited_after_loading.py"
+    module.parent.mkdir()
+    module.write_text("VALUE = 1\n")
+    earlier = time.time() - 3600  # before this process started
+    os.utime(module, (earlier, earlier))
+    monkeypatch.syspath_prepend(str(module.parent))
+    importlib.import_module("edited_after_loading")
+    result = b'{"tools":[{"name":"t"}]}'
+    try:
+        kept = ListingCache(str(tmp_path), None)
+        kept.save(result)
+        assert kept.load() is not None  # loaded before any change: kept
+        module.write_text("VALUE = 2\n")
+        later = time.time() + 1
+        os.utime(module, (later, later))
+        changed = ListingCache(str(tmp_path / "other"), "/nonexistent/policy.toml")
+        for path in (changed.path, changed.by_plugins):
+            if path is not None and path.exists():
+                path.unlink()
+        changed.save(result)
+        assert not changed.path.exists()
+    finally:
+        sys.modules.pop("edited_after_loading", None)

@@ -13,7 +13,8 @@ an edit elsewhere in the policy finds it too, at the cost of reading the policy 
 tomllib (only when the first key finds nothing). Alongside it go the size
 and modification time of every non-standard-library module the building process
 had loaded, and of every site directory on ``sys.path`` (installing or removing a
-plugin changes it): one changed file and the copy is not used.
+plugin changes it): one changed file and the copy is not used. A process that finds one of them
+changed since it started keeps no copy: what it loaded may be older than what it would stamp.
 
 Once the App is built the served listing is checked against the registry's tool
 names; a disagreement drops the copy (the next start rebuilds it).
@@ -26,6 +27,7 @@ import json
 import logging
 import os
 import sys
+import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,10 @@ def _stamp(path: str) -> list[int] | None:
     except OSError:
         return None
     return [st.st_mtime_ns, st.st_size]
+
+
+_LOADED_BY_NS = time.time_ns()  # before the App's modules are imported
+"""A module stamped later than this may have been loaded before it changed."""
 
 
 def _inputs() -> dict[str, list[int] | None]:
@@ -154,7 +160,16 @@ class ListingCache:
         """Keep the SDK's answer (called once it has been written to the client)."""
         try:
             names = sorted(tool["name"] for tool in json.loads(result)["tools"])
-            record = {"format": FORMAT, "result": result.decode("utf-8"), "names": names, "inputs": _inputs()}
+            inputs = _inputs()
+            changed = [path for path, stamp in inputs.items()
+                       if stamp is not None and stamp[0] > _LOADED_BY_NS]
+            if changed:
+                # Stamped now, this listing would pass for the new code's (found by testing from
+                # outside: a module edited while a server ran, and every later start served its
+                # old listing). The next start, which loads the new code, keeps one.
+                log.info("tool listing cache not written: %s changed since this server started", changed[0])
+                return
+            record = {"format": FORMAT, "result": result.decode("utf-8"), "names": names, "inputs": inputs}
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             for path in filter(None, {self.path, self.by_plugins}):
                 tmp = path.with_name(f".{path.name}.{os.getpid()}")
