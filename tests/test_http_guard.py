@@ -282,3 +282,32 @@ async def test_a_failed_initialize_opens_no_session_and_host_names_are_caseless(
             assert opened.status_code == 200 and opened.headers.get("mcp-session-id"), opened.text
         assert await _legitimate_call(url, token)
         _assert_quiet(stderr_path)
+
+
+async def test_a_cancel_naming_the_id_as_text_does_not_cancel_the_number(ws, state, tmp_path):
+    """Found by testing from outside: over HTTP, notifications/cancelled with requestId "6"
+    cancelled the call whose id is the number 6 (the SDK keys requests by the id's text);
+    over stdio, and in JSON-RPC, they are two ids. The cancel is dropped."""
+    with serving(ws, state, tmp_path) as (url, _, stderr_path):
+        token = (state / "http-token").read_text().strip()
+        auth = {**HEADERS, "Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            opened = await http.post(url, json=INIT, headers=auth)
+            session = {**auth, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            call = {"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                    "params": {"name": "exec", "arguments": {"command": "sleep 1.5; echo done"}}}
+            answers = {}
+
+            async def run() -> None:
+                answers["call"] = await http.post(url, json=call, headers=session)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                await anyio.sleep(0.5)
+                cancel = await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                                    "params": {"requestId": "6"}}, headers=session)
+        assert cancel.status_code == 202, cancel.text
+        body = answers["call"].text
+        assert '"error"' not in body and "done" in body, body
+        _assert_quiet(stderr_path)

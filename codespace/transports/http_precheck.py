@@ -98,7 +98,8 @@ class JsonRpcPrecheck:
         self._codespace = codespace
         self._sessions = sessions
         self._security = TransportSecurityMiddleware(security)
-        self._unanswered: set[tuple[str, str]] = set()  # (session, request id as text) of requests not answered yet
+        # (session, request id as text) of requests not answered yet -> the id as sent
+        self._unanswered: dict[tuple[str, str], Any] = {}
         self._calls_running = calls_running if calls_running is not None else set()
 
     async def _admission(self, scope: dict[str, Any], message: dict[str, Any]) -> str | bytes:
@@ -202,15 +203,33 @@ class JsonRpcPrecheck:
                 await _respond(send, 400, reused_id(message["id"]))  # before any road that answers a call
                 return
             if await self._surrogate_call(message, scope, send) or await self._bad_initialize(message, scope, send) \
-                    or await self._no_room(message, scope, send):
+                    or await self._no_room(message, scope, send) or await self._other_ids_cancel(message, scope, send):
                 return
             send = _filling_invalid_params(send, message, scope)
         if key is not None:
-            self._unanswered.add(key)
+            self._unanswered[key] = message["id"]
         try:
             await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
         finally:
-            self._unanswered.discard(key)
+            self._unanswered.pop(key, None)
+
+    async def _other_ids_cancel(self, message: Any, scope: dict[str, Any], send: Any) -> bool:
+        """A cancel naming ``"6"`` while the request in flight is ``6`` (or the reverse): the SDK keys
+        requests by the id's text and would cancel it (found by testing from outside); in JSON-RPC,
+        and over stdio, they are two ids. Accepted, and dropped: it names no request of ours."""
+        if not isinstance(message, dict) or message.get("method") != "notifications/cancelled" or "id" in message:
+            return False
+        params = message.get("params")
+        named = params.get("requestId") if isinstance(params, dict) else None
+        session = Headers(scope=scope).get(MCP_SESSION_ID_HEADER)
+        if session is None or named is None:
+            return False
+        key = (session, str(named))
+        if key not in self._unanswered or type(self._unanswered[key]) is type(named):
+            return False
+        await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+        return True
 
     @staticmethod
     def _request_key(message: Any, scope: dict[str, Any]) -> tuple[str, str] | None:
