@@ -198,11 +198,12 @@ class Gateway:
                 while record.status == "running" and owner_alive(record.owner):
                     await anyio.sleep(0.1)
                     record = await self.store.get(record.operation_id) or record
-            if record.status == "running" and not owner_alive(record.owner) and not self.backends.commands_remote():
+            if record.status == "running" and not owner_alive(record.owner) \
+                    and self.workspace.policy.runtime.worker != "daemon":
                 # Its server died after this one started (or under a launcher that had not reaped
                 # it then): nothing will finish it, so it is interrupted now, not at the next start
-                # (found by testing from outside: retries waited 30 s for "another server"). With
-                # a worker, its command may still run there, for the next server to adopt.
+                # (found by testing from outside: retries waited 30 s for "another server"). A
+                # daemon worker may still run its command, for the next server to adopt.
                 await self.store.finish(record.operation_id, "interrupted", error=INTERRUPTED)
                 reaper.reap([record])  # what its command left, as the next start would
                 record = await self.store.get(record.operation_id) or record
