@@ -151,21 +151,25 @@ def test_a_cancelled_request_frees_its_id_and_the_reserved_id_is_refused(tmp_pat
 
 def test_json_that_python_takes_and_json_does_not_and_an_id_without_a_method(tmp_path):
     """Found by testing from outside: NaN and Infinity were taken as numbers, a valid id of 5,000
-    digits was said not to be JSON, and {"jsonrpc": "2.0", "id": 5} went unanswered. Each gets an
-    error that says what was wrong, and the next line is served."""
+    digits was said not to be JSON, {"jsonrpc": "2.0", "id": 5} went unanswered, and a line with
+    bytes that are not UTF-8 was answered without its id. Each gets an error that says what was
+    wrong, with the id where the line's start shows it, and the next line is served."""
     done = serve_lines(tmp_path, "constants", [
         INIT, INITIALIZED,
         b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tally","arguments":{"name":NaN}}}',
         b'{"jsonrpc":"2.0","id":3,"method":"ping","params":{"x":-Infinity}}',
         b'{"jsonrpc":"2.0","id":' + b"7" * 5000 + b',"method":"ping"}',
         b'{"jsonrpc":"2.0","id":9996}',
+        b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"tally","arguments":{"name":"\xff\xfe"}}}',
         {"jsonrpc": "2.0", "id": 4, "method": "ping"},
     ])
     got = replies(done)
-    errors = [json.loads(raw)["error"] for raw in got[None]]
-    assert [e["code"] for e in errors] == [-32700, -32700, -32700], errors
-    assert "NaN is not JSON" in errors[0]["message"] and "-Infinity is not JSON" in errors[1]["message"], errors
-    assert "more digits than this server reads" in errors[2]["message"], errors
+    errors = {i: json.loads(got[i][0] if i is None else got[i])["error"] for i in (2, 3, 5, None)}
+    assert {e["code"] for e in errors.values()} == {-32700}, errors
+    assert "NaN is not JSON" in errors[2]["message"] and "-Infinity is not JSON" in errors[3]["message"], errors
+    assert "more digits than this server reads" in errors[None]["message"], errors  # no id it could read
+    # Found by testing from outside: bytes that are not UTF-8 got an answer without the id, and the client hung.
+    assert "not UTF-8 (byte 0xff at offset 92)" in errors[5]["message"], errors
     lone = json.loads(got[9996])["error"]
     assert lone["code"] == -32600 and '"method"' in lone["message"] and '"result"' in lone["message"], lone
     assert json.loads(got[4])["result"] == {}

@@ -191,13 +191,21 @@ def parse(line: bytes) -> dict[str, Any]:
     except RecursionError:
         raise BadMessage(error_reply(None, INVALID_REQUEST, f"Invalid Request: the message nests deeper than "
                                      f"{MAX_DEPTH} levels; flatten the arguments")) from None
-    except NotJson as exc:
-        raise BadMessage(error_reply(None, PARSE_ERROR, f"Parse error: {exc}")) from None
     except ValueError as exc:
-        # Found by testing from outside: a valid integer of 5,000 digits was said not to be JSON.
-        why = ("a number in it has more digits than this server reads (4,300); send ids and numbers of "
-               "ordinary size" if "integer string conversion" in str(exc) else "the line is not valid JSON")
-        raise BadMessage(error_reply(None, PARSE_ERROR, f"Parse error: {why}")) from None
+        # The request's id, when its first or last bytes show it: a client waits for an answer to
+        # its id (found by testing from outside: one whose line held bytes that are not UTF-8 hung).
+        request_id = id_at_edges(line[:ID_EDGE_BYTES], line[-ID_EDGE_BYTES:])
+        if isinstance(exc, UnicodeDecodeError):
+            why = (f"the line is not UTF-8 (byte 0x{line[exc.start]:02x} at offset {exc.start}), as JSON text must be; "
+                   "send text as UTF-8, and bytes that are not text encoded (base64)")
+        elif isinstance(exc, NotJson):
+            why = str(exc)
+        elif "integer string conversion" in str(exc):
+            # Found by testing from outside: a valid integer of 5,000 digits was said not to be JSON.
+            why = "a number in it has more digits than this server reads (4,300); send ids and numbers of ordinary size"
+        else:
+            why = "the line is not valid JSON"
+        raise BadMessage(error_reply(request_id, PARSE_ERROR, f"Parse error: {why}")) from None
     if line.count(b"[") + line.count(b"{") > MAX_DEPTH and _depth_exceeds(message, MAX_DEPTH):
         request_id = message.get("id") if isinstance(message, dict) and valid_id(message.get("id")) else None
         raise BadMessage(error_reply(request_id, INVALID_REQUEST, f"Invalid Request: the message nests deeper "
