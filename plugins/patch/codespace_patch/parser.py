@@ -192,7 +192,7 @@ class _Body:
                     self._update_line(raw, stripped, number)
                     i += 1
                     continue
-                self._close_update(stripped, raw, number)
+                self._close_update(stripped, number)
             elif self.add is not None:
                 if raw.startswith("+"):
                     self.add[2].append(raw[1:])
@@ -207,7 +207,7 @@ class _Body:
             i += 1
         # The final line is the End Patch the envelope check accepted, whatever its padding.
         if self.update is not None:
-            self._close_update(END, END, len(lines))
+            self._close_update(END, len(lines))
         elif self.add is not None:
             self._close_add()
         return self._finish()
@@ -247,7 +247,7 @@ class _Body:
 
     # -- inside an Update section --------------------------------------------------
 
-    def _close_update(self, stripped: str, raw: str, number: int) -> None:
+    def _close_update(self, stripped: str, number: int) -> None:
         update = self.update
         assert update is not None
         if not update.chunks:
@@ -255,7 +255,7 @@ class _Body:
         if not update.chunks[-1].lines:
             if stripped == END:
                 raise ParseError.hunk(number, "Update hunk does not contain any lines")
-            raise ParseError.hunk(number, _unexpected(raw))
+            raise ParseError.hunk(number, _unexpected(stripped))  # a header is quoted trimmed, as upstream does
         self.sections.append(update)
         self.update = None
 
@@ -281,7 +281,7 @@ class _Body:
             return
         if stripped == END_OF_FILE:
             if not chunks:
-                raise ParseError.hunk(update.line, f"Update file hunk for path '{update.path}' is empty")
+                return  # upstream passes over it: it ends no chunk, and a Move may still follow
             if not chunks[-1].lines:
                 raise ParseError.hunk(number, "Update hunk does not contain any lines")
             chunks[-1].end_of_file = True

@@ -107,6 +107,10 @@ def test_environment_id():
         ("*** Update File: f\n@@\n*** End of File", "Invalid patch hunk on line 4: Update hunk does not contain any lines"),
         ("*** Update File: f\n@@ x\n@@ y\n-a", f"Invalid patch hunk on line 4: Unexpected line found in update hunk: '@@ y'. {LINE_PREFIXES}"),
         ("*** Update File: f\n@@\n*** Add File: x", f"Invalid patch hunk on line 4: Unexpected line found in update hunk: '*** Add File: x'. {LINE_PREFIXES}"),
+        # A section header is quoted trimmed, as upstream quotes it (found by testing from outside).
+        ("*** Update File: f\n@@ a\n*** Add File: x  ", f"Invalid patch hunk on line 4: Unexpected line found in update hunk: '*** Add File: x'. {LINE_PREFIXES}"),
+        # A leading End of File is passed over, so what follows is judged as if it were absent.
+        ("*** Update File: f\n*** End of File\nxx", f"Invalid patch hunk on line 4: Unexpected line found in update hunk: 'xx'. {LINE_PREFIXES}"),
         ("*** Update File: f\n\t-a", f"Invalid patch hunk on line 3: Unexpected line found in update hunk: '\t-a'. {LINE_PREFIXES}"),
         ("*** Update File: f\n-a\n\tx", "Invalid patch hunk on line 4: Expected update hunk to start with a @@ context marker, got: '\tx'"),
         ("*** Update File: f\n*** Move to: \n-a", f"Invalid patch hunk on line 3: Unexpected line found in update hunk: '*** Move to: '. {LINE_PREFIXES}"),
@@ -152,3 +156,18 @@ def test_end_patch_then_blank_lines_then_end_patch():
 
 def test_no_sections_parses():
     assert parse_patch("*** Begin Patch\n*** End Patch").sections == ()
+
+
+def test_an_end_of_file_before_any_chunk_is_passed_over():
+    """Found by testing from outside: upstream applies '*** End of File' straight after the Update
+    header or its Move line (any number of them, trailing spaces too), as though absent: the
+    chunk after it is not anchored at the end, a Move may still follow, and a blank line after
+    it is an empty context line. This answered "Update file hunk ... is empty"."""
+    (update,) = parse_patch("*** Begin Patch\n*** Update File: f\n*** End of File\n*** End of File  \n"
+                            "*** Move to: m\n-a\n+A\n*** End Patch").sections
+    assert update.move_to == "m" and update.chunks[0].old == ["a"] and not update.chunks[0].end_of_file
+    (moved,) = parse_patch("*** Begin Patch\n*** Update File: f\n*** Move to: m\n*** End of File\n-c\n+C\n"
+                           "*** End Patch").sections
+    assert moved.move_to == "m" and moved.chunks[0].old == ["c"]
+    (blank,) = parse_patch("*** Begin Patch\n*** Update File: f\n*** End of File\n\n-c\n+C\n*** End Patch").sections
+    assert blank.chunks[0].old == ["", "c"]
