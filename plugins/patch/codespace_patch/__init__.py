@@ -15,7 +15,7 @@ _EXPORTS = {
     "parse_patch": "parser",
 }
 
-__version__ = "0.2.1"
+__version__ = "0.2.2"
 UPSTREAM_RELEASE = "rust-v0.171.0"
 
 __all__ = [

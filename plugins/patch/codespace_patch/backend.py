@@ -217,7 +217,7 @@ class PatchBackend:
         if not changes and not store.new_dirs:
             return None
         try:
-            return stage(journal, changes, store.new_dirs)
+            return stage(journal, changes, store.new_dirs, store.moved_from)
         except OSError as exc:
             raise _journal_failed(journal.journal_dir, exc) from exc
 
@@ -231,8 +231,10 @@ class PatchBackend:
             except RollbackFailed as exc:
                 raise ToolError(str(exc), code="patch_commit_failed") from exc
             except ToolError as exc:
+                upstream = exc.details.get("upstream_message")
                 raise ToolError(
-                    f"the atomic commit failed and was rolled back; no file was changed. Cause: {exc.message}",
+                    (f"{upstream}\n\n" if upstream else "")
+                    + f"The atomic commit failed and was rolled back; no file was changed. Cause: {exc.message}",
                     code="patch_commit_failed", details=exc.details,
                 ) from exc
 

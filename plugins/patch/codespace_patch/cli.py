@@ -237,8 +237,10 @@ async def _apply_atomic(patch, resolve, workspace, fs, max_bytes: int):  # noqa:
     if changes or store.new_dirs:
         workspace.ensure_state_dir()
         try:
-            await commit_once(fs, directory, changes, store.new_dirs, max_bytes)
-        except (ToolError, RollbackFailed, JournalFailed, OSError) as exc:
+            await commit_once(fs, directory, changes, store.new_dirs, max_bytes, store.moved_from)
+        except ToolError as exc:  # upstream's words for the step that failed, as upstream mode gives them
+            raise PatchError(exc.details.get("upstream_message") or f"atomic commit failed: {exc}") from exc
+        except (RollbackFailed, JournalFailed, OSError) as exc:
             raise PatchError(f"atomic commit failed: {exc}") from exc
     return run
 

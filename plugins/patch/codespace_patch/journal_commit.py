@@ -7,12 +7,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 
-from codespace.contract import FileSystem
+from codespace.contract import FileSystem, ToolError
 
 from .journal_format import JournalEntry, JournalRecord, sha256_hex
 from .journal_rollback import rollback
@@ -40,19 +42,37 @@ def record_for(changes: list[Change], new_dirs: list[str]) -> JournalRecord:
     return JournalRecord(entries, list(new_dirs), time.time(), os.getpid())
 
 
-async def apply_changes(fs: FileSystem, changes: list[Change], new_dirs: list[str]) -> None:
+@contextmanager
+def _upstream_says(what: str, path: str) -> Iterator[None]:
+    """A failure here carries, as ``upstream_message``, what upstream says when the same step of
+    its section fails (found by testing from outside: atomic mode's commit failures had none)."""
+    try:
+        yield
+    except ToolError as exc:
+        exc.details.setdefault("upstream_message", f"{what} {path}")
+        raise
+
+
+async def apply_changes(fs: FileSystem, changes: list[Change], new_dirs: list[str],
+                        moved_from: Collection[str] = ()) -> None:
     # Deletions first: a deleted file's path may become a directory of the patch.
     for change in changes:
         if change.new is None:
-            await fs.delete_file(change.path)
-    await make_dirs(fs, new_dirs)
+            with _upstream_says("Failed to remove original" if change.path in moved_from else "Failed to delete file",
+                                change.path):
+                await fs.delete_file(change.path)
+    for directory in new_dirs:
+        below = next((c.path for c in changes if c.path.startswith(directory.rstrip("/") + "/")), directory)
+        with _upstream_says("Failed to create parent directories for", below):
+            await make_dirs(fs, [directory])
     for change in changes:
         if change.new is not None:
             # Only a new file's directories are made: an updated file whose directory went away
             # meanwhile (a command removed it) fails the commit, which is rolled back, rather than
             # being written back with its directory re-created (found by testing).
-            await fs.write_bytes(change.path, change.new, create_parents=change.old is None, follow_symlink=True,
-                                 durable=False, in_place=_in_place(change))
+            with _upstream_says("Failed to write file", change.path):
+                await fs.write_bytes(change.path, change.new, create_parents=change.old is None, follow_symlink=True,
+                                     durable=False, in_place=_in_place(change))
     # No flush here: the journal (flushed before the first write) covers a crash
     # until settle() has flushed the file system once for the whole commit.
 
@@ -64,6 +84,7 @@ class Staged:
     journal: Journal
     changes: list[Change]
     new_dirs: list[str]
+    moved_from: Collection[str] = field(default=())
 
     def discard(self) -> None:
         """The commit will not happen: void the record once its flush is over."""
@@ -74,11 +95,12 @@ class Staged:
         self.journal.disarm()
 
 
-def stage(journal: Journal, changes: list[Change], new_dirs: list[str]) -> Staged:
+def stage(journal: Journal, changes: list[Change], new_dirs: list[str], moved_from: Collection[str] = ()) -> Staged:
     """Arm ``journal`` for ``changes`` and start flushing it; :func:`commit` next (or
-    :meth:`Staged.discard`). Work done in between overlaps the disk's."""
+    :meth:`Staged.discard`). Work done in between overlaps the disk's. ``moved_from``: the
+    deletions that are a Move's original (upstream names their failure apart)."""
     journal.arm(record_for(changes, new_dirs))
-    return Staged(journal, changes, list(new_dirs))
+    return Staged(journal, changes, list(new_dirs), moved_from)
 
 
 async def commit(fs: FileSystem, staged: Staged, max_bytes: int) -> Journal:
@@ -92,7 +114,7 @@ async def commit(fs: FileSystem, staged: Staged, max_bytes: int) -> Journal:
         raise JournalFailed(str(exc)) from exc
     assert journal.record is not None and journal.path is not None
     try:
-        await apply_changes(fs, changes, new_dirs)
+        await apply_changes(fs, changes, new_dirs, staged.moved_from)
     except BaseException as exc:
         try:
             skipped = await rollback(fs, journal.record, max_bytes, journal.path)
@@ -114,12 +136,12 @@ async def commit(fs: FileSystem, staged: Staged, max_bytes: int) -> Journal:
 
 
 async def commit_once(fs: FileSystem, journal_dir: Path, changes: list[Change], new_dirs: list[str],
-                      max_bytes: int) -> None:
+                      max_bytes: int, moved_from: Collection[str] = ()) -> None:
     """A whole commit for a one-shot process (the helper, the conformance harness):
     journal, apply, flush, then the journal file is removed (kept if a record is armed)."""
     journal = Journal(journal_dir)
     try:
-        await settle(fs, await commit(fs, stage(journal, changes, new_dirs), max_bytes))
+        await settle(fs, await commit(fs, stage(journal, changes, new_dirs, moved_from), max_bytes))
     finally:
         journal.close()
 

@@ -19,11 +19,12 @@ class StoreFailure(Exception):
     """A store operation failed; ``reason`` is the io::Error text upstream would show
     where its message has one; ``detail`` is what the backend said, for agents."""
 
-    def __init__(self, reason: str, detail: str = "", code: str | None = None) -> None:
+    def __init__(self, reason: str, detail: str = "", code: str | None = None, *, parents: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.detail = detail
         self.code = code
+        self.parents = parents  # the write failed making the file's missing directories
 
 
 # Names for type checkers only: typing costs the helper process more than its patch.
@@ -88,6 +89,10 @@ class Run(Record):
         return "\n".join(lines) + "\n"
 
 
+def _write_failed(path: str, failure: StoreFailure) -> str:
+    return f"Failed to create parent directories for {path}" if failure.parents else f"Failed to write file {path}"
+
+
 def _fail(message: str, failure: StoreFailure | None = None, **details: object) -> ApplyError:
     hint = f"The file-system backend said: {failure.detail}" if failure is not None and failure.detail else ""
     code = (failure.code if failure is not None and failure.code else None) or "patch_io_error"
@@ -118,7 +123,7 @@ async def _section(section: Section, resolve, store: Store, want_diff: bool) -> 
         try:
             await store.write(path, data, create_parents=True)
         except StoreFailure as exc:
-            raise _fail(f"Failed to write file {path}", exc, path=path, section_line=section.line) from None
+            raise _fail(_write_failed(path, exc), exc, path=path, section_line=section.line) from None
         return Done("add", section.path, path, before=before, after=data)
     if isinstance(section, DeleteFile):
         before = await store.peek(path) if want_diff else None
@@ -168,7 +173,7 @@ async def _store_update(
     try:
         await store.write(destination, data, create_parents=True)
     except StoreFailure as exc:
-        raise _fail(f"Failed to write file {destination}", exc, path=destination, section_line=section.line) from None
+        raise _fail(_write_failed(destination, exc), exc, path=destination, section_line=section.line) from None
     try:
         await store.remove(path)
     except StoreFailure as exc:

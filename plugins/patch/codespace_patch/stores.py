@@ -71,7 +71,27 @@ class DirectStore:
             await self.fs.write_bytes(path, data, create_parents=create_parents, follow_symlink=True, durable=False,
                                       in_place=True)
         except FsError as exc:
-            raise _failure(exc.message, exc.code) from None
+            failure = _failure(exc.message, exc.code)
+            failure.parents = create_parents and await self._parents_were_missing(path)
+            raise failure from None
+
+    async def _parents_were_missing(self, path: str) -> bool:
+        """Did ``path``'s directory not exist, below a directory? Upstream makes the missing
+        directories only then, and names that step when it fails (found by testing from outside:
+        an Add under a directory it may not write said "Failed to write file"); below a file
+        there is nothing to make, and the write is what fails."""
+        directory = posixpath.dirname(path)
+        try:
+            if await self.fs.kind(directory) is not None:
+                return False
+            while directory not in ("/", ""):
+                directory = posixpath.dirname(directory)
+                kind = await self.fs.kind(directory)
+                if kind is not None:
+                    return kind in ("directory", "symlink")
+        except FsError:
+            return False  # cannot tell: the write's own message
+        return True
 
     async def delete(self, path: str) -> None:
         # Upstream removes files, FIFOs and links to files; a directory, a missing
@@ -147,6 +167,7 @@ class OverlayStore:
         # a patch touching a link and its target sees one file.
         self.entries: dict[str, _Entry] = {}
         self.new_dirs: list[str] = []
+        self.moved_from: set[str] = set()  # the originals of Move sections
         self._new_dir_set: set[str] = set()
         self._disk: dict[str, str | None] = {}
 
@@ -296,6 +317,7 @@ class OverlayStore:
         state = await self._state(path)
         if state == "file":
             (await self._load_for_change(path)).current = None
+            self.moved_from.add(path)
             return
         if state is None:
             raise _failure(f"{path} does not exist", "not_found")

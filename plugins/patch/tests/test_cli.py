@@ -189,3 +189,75 @@ def test_a_refusal_loads_no_plugin_and_no_event_loop(ws, argv, env):
     assert "codespace.contract.gate" in modules
     for heavy in ("asyncio", "codespace.plugins", "pluggy", "codespace_patch_testfs"):
         assert heavy not in modules, f"{heavy} is imported before the refusal"
+
+
+def test_a_directory_it_may_not_make_is_named_as_upstream_names_it():
+    """Found by testing from outside (as uid 65534, against the pinned binary): an Add under a
+    directory the user may not write said "Failed to write file"; upstream, which makes a
+    missing directory only below an existing one, says "Failed to create parent directories
+    for". Below a file there is nothing to make, and both say the write failed."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("setpriv is needed to run the helper as another uid")
+    as_user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"] if os.geteuid() == 0 else []
+    root = Path(tempfile.mkdtemp(prefix="patch-parents-"))  # outside tmp_path: the other uid must reach it
+    try:
+        root.chmod(0o777)
+        tree, state = root / "tree", root / "state"
+        tree.mkdir()
+        state.mkdir()
+        (tree / "rd").mkdir()
+        (tree / "f.txt").write_text("a\n")
+        if as_user:
+            for path in (tree, state, tree / "rd", tree / "f.txt"):
+                os.chown(path, 65534, 65534)
+        (tree / "rd").chmod(0o555)
+        env = helper_env(str(state), str(root))
+        under_dir = run_helper(as_user + helper_argv(), str(tree), "*** Begin Patch\n*** Add File: rd/sub/g\n+x\n"
+                               "*** End Patch", env)
+        under_file = run_helper(as_user + helper_argv(), str(tree), "*** Begin Patch\n*** Add File: f.txt/s/g\n+x\n"
+                                "*** End Patch", env)
+    finally:
+        (root / "tree" / "rd").chmod(0o755)
+        shutil.rmtree(root, ignore_errors=True)
+    assert under_dir.stderr.decode().startswith(f"Failed to create parent directories for {tree}/rd/sub/g"), under_dir
+    assert under_file.stderr.decode().startswith(f"Failed to write file {tree}/f.txt/s/g"), under_file
+
+
+def test_an_atomic_commit_that_fails_says_what_upstream_says():
+    """Found by testing from outside (as uid 65534): a write or a move that failed in atomic
+    mode's commit was reported only as "atomic commit failed: ...", without upstream's message
+    for that step; now it is upstream's, and nothing was changed."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("setpriv is needed to run the helper as another uid")
+    as_user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"] if os.geteuid() == 0 else []
+    root = Path(tempfile.mkdtemp(prefix="patch-commit-"))
+    try:
+        root.chmod(0o777)
+        tree, state = root / "tree", root / "state"
+        for directory in (tree, state, tree / "rd"):
+            directory.mkdir()
+        (tree / "ro.txt").write_text("a\n")
+        (tree / "rd" / "m.txt").write_text("a\n")
+        if as_user:
+            for path in (tree, state, tree / "rd", tree / "ro.txt", tree / "rd" / "m.txt"):
+                os.chown(path, 65534, 65534)
+        (tree / "ro.txt").chmod(0o444)
+        (tree / "rd").chmod(0o555)
+        env = helper_env(str(state), str(root), mode="atomic")
+        write = run_helper(as_user + helper_argv(), str(tree), "*** Begin Patch\n*** Update File: ro.txt\n@@\n-a\n+b\n"
+                           "*** End Patch", env)
+        move = run_helper(as_user + helper_argv(), str(tree), "*** Begin Patch\n*** Update File: rd/m.txt\n"
+                          "*** Move to: moved.txt\n@@\n-a\n+b\n*** End Patch", env)
+        after = sorted(p.relative_to(tree).as_posix() for p in tree.rglob("*"))
+    finally:
+        (root / "tree" / "rd").chmod(0o755)
+        shutil.rmtree(root, ignore_errors=True)
+    assert write.stderr.decode().startswith(f"Failed to write file {tree}/ro.txt"), write
+    assert move.stderr.decode().startswith(f"Failed to remove original {tree}/rd/m.txt"), move
+    assert after == ["rd", "rd/m.txt", "ro.txt"]
