@@ -105,6 +105,14 @@ async def _legitimate_call(url: str, token: str) -> dict:
                 return await call_ok(client, "tally", {"name": "legit"})
 
 
+async def _open_session(http: httpx2.AsyncClient, url: str, auth: dict[str, str]) -> dict[str, str]:
+    """initialize, then initialized: the headers of the session's requests."""
+    opened = await http.post(url, json=INIT, headers=auth)
+    session = {**auth, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+    await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+    return session
+
+
 def _assert_quiet(stderr_path: Path) -> None:
     log = stderr_path.read_text()
     assert len(log) < 16_000, f"{len(log)} bytes on stderr:\n{log[:3000]}"
@@ -246,9 +254,7 @@ async def test_the_surrogate_shortcut_passes_the_sdks_checks_first(ws, state, tm
             unknown = await http.post(url, content=SURROGATE_CALL, headers={**auth, "mcp-session-id": "f" * 32})
             assert unknown.status_code == 404, unknown.text
 
-            opened = await http.post(url, json=INIT, headers=auth)
-            session = {**auth, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
-            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            session = await _open_session(http, url, auth)
             served = await http.post(url, content=SURROGATE_CALL, headers=session)
             assert served.status_code == 200, served.text
             result = served.json()["result"]
@@ -292,9 +298,7 @@ async def test_a_cancel_naming_the_id_as_text_does_not_cancel_the_number(ws, sta
         token = (state / "http-token").read_text().strip()
         auth = {**HEADERS, "Authorization": f"Bearer {token}"}
         async with httpx2.AsyncClient(timeout=30) as http:
-            opened = await http.post(url, json=INIT, headers=auth)
-            session = {**auth, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
-            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            session = await _open_session(http, url, auth)
             call = {"jsonrpc": "2.0", "id": 6, "method": "tools/call",
                     "params": {"name": "exec", "arguments": {"command": "sleep 1.5; echo done"}}}
             answers = {}
