@@ -258,7 +258,9 @@ class JsonRpcPrecheck:
             return True
         from .bridge import params_problem
 
-        hint = params_problem("initialize", message.get("params"), None)
+        params = message.get("params")
+        asked = params.get("protocolVersion") if isinstance(params, dict) else None
+        hint = params_problem("initialize", params, asked if asked in HANDSHAKE_PROTOCOL_VERSIONS else None)
         if hint is None:
             return False  # valid: the SDK opens the session
         await _respond(send, 400, encode({"jsonrpc": "2.0", "id": message["id"], "error": {
