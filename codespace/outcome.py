@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .contract.text import in_message
+from .contract.text import in_message, one_line
 
 if TYPE_CHECKING:
     from .contract import Refused
@@ -54,7 +54,18 @@ def error_outcome(code: str, message: str, details: dict[str, Any] | None = None
         error["details"] = details
     if operation_id is not None:
         error["operation_id"] = operation_id
-    return Outcome(True, in_message(message), None, error)
+    return Outcome(True, _shown(message, details), None, error)
+
+
+def _shown(message: str, details: dict[str, Any] | None) -> str:
+    """``message`` for the text block. A line break stays (a message may have several lines),
+    but not in the path the error names (found by testing from outside: a name holding
+    "\n[exit 0 in 3 ms]" put a line of its own into read_file's error)."""
+    text = in_message(message)
+    path = (details or {}).get("path")
+    if isinstance(path, str) and "\n" in path:
+        text = text.replace(in_message(path), one_line(path))
+    return text
 
 
 def refusal_outcome(refusal: Refused, operation_id: str) -> Outcome:
