@@ -142,10 +142,13 @@ class WriteStdinArgs(OperationArgs):
 
 
 class ReadOutputArgs(SessionArgs):
-    after_seq: int | None = Field(default=None, ge=0, description="Read from this offset (default: where the last call stopped).")
+    after_seq: int | None = Field(
+        default=None, ge=0, description="Read from this offset (default: after the furthest output read so far).",
+    )
     after_stderr_seq: int | None = Field(
         default=None, ge=0,
-        description="Sessions with separate_stderr: read stderr from this offset (default: where the last call stopped).",
+        description="Sessions with separate_stderr: read stderr from this offset (default: after the furthest stderr "
+        "read so far).",
     )
     max_bytes: int | None = Field(default=None, ge=1, description="Cap on output returned.")
     wait_ms: int = Field(default=0, ge=0, le=MAX_YIELD_MS, description="Wait up to this long for new output or exit.")

@@ -110,7 +110,7 @@ def codespace_register_tools(register: ToolRegistrar) -> None:
     register(ToolDefinition(
         name="read_output",
         description="Read a session's output from a sequence cursor (after_seq, and after_stderr_seq for a separate "
-        "stderr; default where the last call stopped), so nothing is lost or repeated; wait_ms waits for new output "
+        "stderr; default after the furthest output read so far), so nothing is lost or repeated; wait_ms waits for new output "
         "or exit.",
         arguments=ReadOutputArgs, result=CommandOutput, handler=read_output, read_only=True, render=_render,
     ))
