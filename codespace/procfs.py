@@ -20,10 +20,14 @@ def stat_fields(pid: int) -> list[bytes] | None:
     return data[data.rindex(b")") + 2 :].split()
 
 
-def start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (with the pid, it names one process)."""
+def start_ticks(pid: int, *, living: bool = False) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (with the pid, it names one process).
+    ``living``: None for a zombie too, which keeps its entry and start time only until its
+    parent reaps it."""
     fields = stat_fields(pid)
-    return int(fields[19]) if fields else None
+    if not fields or (living and fields[0] == b"Z"):
+        return None
+    return int(fields[19])
 
 
 def table() -> list[ProcRow]:

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 from pydantic import Field
 
 from ..models import Strict
-from ..procfs import start_ticks, stat_fields
+from ..procfs import start_ticks
 
 Status = Literal["running", "succeeded", "failed", "refused", "interrupted", "cancelled"]
 FINISHED: tuple[Status, ...] = ("succeeded", "failed", "refused", "interrupted", "cancelled")
@@ -140,11 +140,10 @@ def owner_alive(token: str | None) -> bool:
         return False
     if boot != _boot_id():
         return False
-    fields = stat_fields(pid)
-    # A zombie is dead: it keeps its /proc entry and start time only until its parent reaps it
-    # (found by testing from outside: a SIGKILLed server under a launcher that did not reap kept
-    # its operations running).
-    return fields is not None and fields[0] != b"Z" and fields[19].decode() == start_text
+    # A zombie is dead (found by testing from outside: a SIGKILLed server under a launcher that
+    # did not reap kept its operations running).
+    ticks = start_ticks(pid, living=True)
+    return ticks is not None and str(ticks) == start_text
 
 
 def now() -> float:

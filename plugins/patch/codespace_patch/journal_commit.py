@@ -7,8 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,37 +41,38 @@ def record_for(changes: list[Change], new_dirs: list[str]) -> JournalRecord:
     return JournalRecord(entries, list(new_dirs), time.time(), os.getpid())
 
 
-@contextmanager
-def _upstream_says(what: str, path: str) -> Iterator[None]:
-    """A failure here carries, as ``upstream_message``, what upstream says when the same step of
-    its section fails (found by testing from outside: atomic mode's commit failures had none)."""
-    try:
-        yield
-    except ToolError as exc:
-        exc.details.setdefault("upstream_message", f"{what} {path}")
-        raise
+_PARENTS = "Failed to create parent directories for"
 
 
 async def apply_changes(fs: FileSystem, changes: list[Change], new_dirs: list[str],
                         moved_from: Collection[str] = ()) -> None:
-    # Deletions first: a deleted file's path may become a directory of the patch.
-    for change in changes:
-        if change.new is None:
-            with _upstream_says("Failed to remove original" if change.path in moved_from else "Failed to delete file",
-                                change.path):
+    # What upstream says when the step in hand fails, and the path it names: a failure carries it
+    # as upstream_message (found by testing from outside: atomic mode's commit failures had none).
+    step = ("", "")
+    try:
+        # Deletions first: a deleted file's path may become a directory of the patch.
+        for change in changes:
+            if change.new is None:
+                step = ("Failed to remove original" if change.path in moved_from else "Failed to delete file",
+                        change.path)
                 await fs.delete_file(change.path)
-    for directory in new_dirs:
-        below = next((c.path for c in changes if c.path.startswith(directory.rstrip("/") + "/")), directory)
-        with _upstream_says("Failed to create parent directories for", below):
+        for directory in new_dirs:
+            step = (_PARENTS, directory)
             await make_dirs(fs, [directory])
-    for change in changes:
-        if change.new is not None:
-            # Only a new file's directories are made: an updated file whose directory went away
-            # meanwhile (a command removed it) fails the commit, which is rolled back, rather than
-            # being written back with its directory re-created (found by testing).
-            with _upstream_says("Failed to write file", change.path):
+        for change in changes:
+            if change.new is not None:
+                step = ("Failed to write file", change.path)
+                # Only a new file's directories are made: an updated file whose directory went away
+                # meanwhile (a command removed it) fails the commit, which is rolled back, rather than
+                # being written back with its directory re-created (found by testing).
                 await fs.write_bytes(change.path, change.new, create_parents=change.old is None, follow_symlink=True,
                                      durable=False, in_place=_in_place(change))
+    except ToolError as exc:
+        what, path = step
+        if what == _PARENTS:  # upstream names the file it was making the directory for
+            path = next((c.path for c in changes if c.path.startswith(path.rstrip("/") + "/")), path)
+        exc.details.setdefault("upstream_message", f"{what} {path}")
+        raise
     # No flush here: the journal (flushed before the first write) covers a crash
     # until settle() has flushed the file system once for the whole commit.
 

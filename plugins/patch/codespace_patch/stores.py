@@ -46,8 +46,8 @@ def _read_failure(exc: FsError, path: str) -> StoreFailure:
     return StoreFailure(reason, exc.message, exc.code)
 
 
-def _failure(detail: str, code: str | None = None) -> StoreFailure:
-    return StoreFailure("", detail, code)
+def _failure(detail: str, code: str | None = None, *, parents: bool = False) -> StoreFailure:
+    return StoreFailure("", detail, code, parents=parents)
 
 
 class DirectStore:
@@ -71,9 +71,8 @@ class DirectStore:
             await self.fs.write_bytes(path, data, create_parents=create_parents, follow_symlink=True, durable=False,
                                       in_place=True)
         except FsError as exc:
-            failure = _failure(exc.message, exc.code)
-            failure.parents = create_parents and await self._parents_were_missing(path)
-            raise failure from None
+            raise _failure(exc.message, exc.code,
+                           parents=create_parents and await self._parents_were_missing(path)) from None
 
     async def _parents_were_missing(self, path: str) -> bool:
         """Did ``path``'s directory not exist, below a directory? Upstream makes the missing
